@@ -1,0 +1,241 @@
+"""Wires sources and stages into a graph of bounded queues and runs it.
+
+Edges are declared with `link(producer, consumer, policy=..., maxsize=...)`; each consumer has
+one input queue whose overload policy its links declare. A produced frame goes to every linked
+consumer that accepts its type; system frames (errors, end of stream) reach every consumer and
+pass through stages that do not consume them. End of stream drains the graph in order: a stage
+flushes once every one of its producers has ended. A failure on one frame becomes an
+`ErrorFrame` and the stage goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from streamfuse.errors import PipelineError
+from streamfuse.frames import EndOfStream, ErrorFrame, Frame, SystemFrame
+from streamfuse.pipeline.queues import FrameQueue, OverloadPolicy
+from streamfuse.pipeline.stage import Stage
+from streamfuse.sources.base import Source
+from streamfuse.telemetry.metrics import instruments, watch_queues
+
+log = logging.getLogger(__name__)
+
+Node = Source | Stage
+
+
+@dataclass
+class _Inbox:
+    queue: FrameQueue
+    producers: list[Node] = field(default_factory=list)
+
+
+class Pipeline:
+    """A running graph: sources -> stages -> sinks."""
+
+    def __init__(self, name: str = "pipeline") -> None:
+        self.name = name
+        self._sources: list[Source] = []
+        self._stages: list[Stage] = []
+        self._inbox: dict[int, _Inbox] = {}
+        self._consumers: dict[int, list[Stage]] = {}
+        self._stop = asyncio.Event()
+        self.started_wall: float | None = None
+        self.finished_wall: float | None = None
+
+    # -- building -------------------------------------------------------------------------
+    def link(
+        self,
+        producer: Node,
+        consumer: Stage,
+        *,
+        policy: OverloadPolicy = OverloadPolicy.BLOCK,
+        maxsize: int = 16,
+    ) -> Pipeline:
+        """Send `producer`'s frames to `consumer` through a bounded queue."""
+        for node in (producer, consumer):
+            if isinstance(node, Source):
+                if node not in self._sources:
+                    self._sources.append(node)
+            elif node not in self._stages:
+                self._stages.append(node)
+        inbox = self._inbox.get(id(consumer))
+        if inbox is None:
+            inbox = _Inbox(FrameQueue(maxsize, policy))
+            self._inbox[id(consumer)] = inbox
+            consumer._bind_backlog(lambda q=inbox.queue: q.data_depth)
+        elif inbox.queue.policy is not OverloadPolicy(policy):
+            raise PipelineError(
+                f"stage {consumer.name!r} already has a {inbox.queue.policy} input; "
+                f"cannot also link it as {policy}"
+            )
+        inbox.producers.append(producer)
+        self._consumers.setdefault(id(producer), []).append(consumer)
+        return self
+
+    @property
+    def stages(self) -> list[Stage]:
+        return list(self._stages)
+
+    @property
+    def sources(self) -> list[Source]:
+        return list(self._sources)
+
+    def queue_of(self, stage: Stage) -> FrameQueue:
+        return self._inbox[id(stage)].queue
+
+    def _validate(self) -> None:
+        if not self._sources:
+            raise PipelineError("pipeline has no source")
+        for stage in self._stages:
+            if id(stage) not in self._inbox:
+                raise PipelineError(f"stage {stage.name!r} has no input link")
+        # Kahn's algorithm: a cycle would never drain at end of stream.
+        indeg = {id(s): len(self._inbox[id(s)].producers) for s in self._stages}
+        ready: list[Node] = list(self._sources)
+        seen = 0
+        while ready:
+            node = ready.pop()
+            for c in self._consumers.get(id(node), []):
+                indeg[id(c)] -= 1
+                if indeg[id(c)] == 0:
+                    ready.append(c)
+                    seen += 1
+        if seen != len(self._stages):
+            raise PipelineError("pipeline graph has a cycle")
+
+    # -- running --------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """End the sources now; everything already read drains to the sinks."""
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Run until every source ended and every stage drained. Cancel to abort."""
+        self._validate()
+        watch_queues(self)
+        for stage in self._stages:
+            await stage.setup()
+        self.started_wall = time.monotonic()
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for stage in self._stages:
+                    tg.create_task(self._run_stage(stage), name=f"stage:{stage.name}")
+                for source in self._sources:
+                    tg.create_task(self._pump(source), name=f"source:{source.name}")
+        finally:
+            self.finished_wall = time.monotonic()
+            for stage in self._stages:
+                stage._shutdown_executor()
+                try:
+                    await stage.teardown()
+                except Exception:
+                    log.exception("teardown of %s failed", stage.name)
+
+    async def _emit(self, producer: Node, frame: Frame) -> None:
+        for consumer in self._consumers.get(id(producer), []):
+            if isinstance(frame, SystemFrame) or consumer.accepts(frame):
+                queue = self._inbox[id(consumer)].queue
+                dropped = await queue.put(frame)
+                if dropped:
+                    consumer.stats.dropped += len(dropped)
+                    instruments().queue_dropped.add(
+                        len(dropped), {"stage": consumer.name, "policy": str(queue.policy)}
+                    )
+                consumer.stats.queue_depth = queue.data_depth
+
+    async def _pump(self, source: Source) -> None:
+        stream = source.frames()
+        try:
+            async for frame in _until(stream, self._stop):
+                await self._emit(source, frame)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a source failing part-way: keep what was produced
+            log.warning("source %s failed: %s", source.name, exc)
+            await self._emit(
+                source,
+                ErrorFrame(stream_id=source.stream_id, stage=source.name, message=str(exc)),
+            )
+        finally:
+            await _aclose(stream)
+            await source.close()
+        await self._emit(source, EndOfStream(stream_id=source.stream_id))
+
+    async def _run_stage(self, stage: Stage) -> None:
+        inbox = self._inbox[id(stage)]
+        ended = 0
+        attrs = {"stage": stage.name}
+        while True:
+            frame = await inbox.queue.get()
+            stage.stats.queue_depth = inbox.queue.data_depth
+            if isinstance(frame, EndOfStream):
+                ended += 1
+                if ended < len(inbox.producers):
+                    continue
+                await self._drive(stage, stage.flush(), frame, attrs)
+                await self._emit(stage, frame)
+                return
+            if not stage.accepts(frame):
+                await self._emit(stage, frame)  # a system frame passing through
+                continue
+            await self._drive(stage, stage.process(frame), frame, attrs)
+
+    async def _drive(
+        self, stage: Stage, outputs: AsyncIterator[Frame], cause: Frame, attrs: dict[str, str]
+    ) -> None:
+        """Run one `process`/`flush` call, timing the stage's own work (not downstream waits)."""
+        ins = instruments()
+        busy = 0.0
+        t = time.perf_counter()
+        try:
+            async for out in outputs:
+                busy += time.perf_counter() - t
+                await self._emit(stage, out)
+                t = time.perf_counter()
+            busy += time.perf_counter() - t
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            busy += time.perf_counter() - t
+            stage.stats.errors += 1
+            ins.stage_errors.add(1, attrs)
+            log.warning("stage %s failed on a frame: %s", stage.name, exc, exc_info=True)
+            await self._emit(
+                stage,
+                ErrorFrame(
+                    stream_id=cause.stream_id,
+                    t_media=cause.t_media,
+                    arrival_wall=cause.arrival_wall,
+                    stage=stage.name,
+                    message=f"{type(exc).__name__}: {exc}",
+                ),
+            )
+        finally:
+            await _aclose(outputs)
+        stage.stats.frames += 1
+        stage.stats.busy_s += busy
+        stage.stats.recent_latency_s.append(busy)
+        ins.stage_latency.record(busy, attrs)
+        ins.stage_frames.add(1, attrs)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Per-stage live figures (frames, errors, drops, queue depth, latency p50/p95)."""
+        return {stage.name: stage.stats.snapshot() for stage in self._stages}
+
+
+async def _until(stream: AsyncIterator[Frame], stop: asyncio.Event) -> AsyncIterator[Frame]:
+    async for frame in stream:
+        if stop.is_set():
+            return
+        yield frame
+
+
+async def _aclose(it: AsyncIterator[Frame]) -> None:
+    aclose = getattr(it, "aclose", None)
+    if aclose is not None:
+        await aclose()

@@ -1,0 +1,115 @@
+"""The stage base class: a subclass writes only its own work.
+
+A `Stage` implements `process(frame)` as an async generator yielding output frames, and may
+override `setup`, `flush` (end of stream: emit what is buffered) and `teardown`. The base class
+(with the runner) owns the input queue, metrics, error handling and the worker thread that model
+calls run on (`await self.run_blocking(fn, ...)`), so the event loop never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+
+from streamfuse.frames import Frame
+
+T = TypeVar("T")
+
+
+@dataclass
+class StageStats:
+    """Live counters of one stage, read by the terminal view and `stats` events."""
+
+    frames: int = 0
+    errors: int = 0
+    dropped: int = 0
+    queue_depth: int = 0
+    busy_s: float = 0.0
+    recent_latency_s: deque[float] = field(default_factory=lambda: deque(maxlen=256))
+
+    def latency_quantiles_ms(self) -> dict[str, float]:
+        if not self.recent_latency_s:
+            return {"p50": 0.0, "p95": 0.0}
+        arr = np.asarray(self.recent_latency_s) * 1000.0
+        return {"p50": float(np.percentile(arr, 50)), "p95": float(np.percentile(arr, 95))}
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "frames": self.frames,
+            "errors": self.errors,
+            "dropped": self.dropped,
+            "queue_depth": self.queue_depth,
+            "busy_s": round(self.busy_s, 3),
+            "latency_ms": {k: round(v, 1) for k, v in self.latency_quantiles_ms().items()},
+        }
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+class Stage(ABC):
+    """One step of the pipeline. Subclasses set `input_types` and implement `process`."""
+
+    #: Frame classes this stage consumes (isinstance match). Other system frames pass through.
+    input_types: ClassVar[tuple[type[Frame], ...]] = (Frame,)
+
+    def __init__(self, name: str | None = None, *, threads: int = 1) -> None:
+        self.name = name or _snake(type(self).__name__)
+        self.stats = StageStats()
+        self._threads = threads
+        self._executor: ThreadPoolExecutor | None = None
+        self._backlog: Callable[[], int] = lambda: 0
+
+    # -- for subclasses ---------------------------------------------------------------------
+    async def setup(self) -> None:
+        """Load models and open resources (runs before the first frame)."""
+
+    @abstractmethod
+    def process(self, frame: Frame) -> AsyncIterator[Frame]:
+        """Handle one input frame; yield zero or more output frames."""
+
+    async def flush(self) -> AsyncIterator[Frame]:
+        """End of stream: yield whatever is still buffered. Default: nothing."""
+        return
+        yield  # pragma: no cover - makes this an async generator
+
+    async def teardown(self) -> None:
+        """Release resources (runs after the stage finished or was cancelled)."""
+
+    async def run_blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run a blocking call (a model, a decoder) on this stage's worker thread."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(
+                max_workers=self._threads, thread_name_prefix=f"sf-{self.name}"
+            )
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
+
+    @property
+    def backlog(self) -> int:
+        """Data frames waiting at this stage's input right now (lets a stage coalesce work)."""
+        return self._backlog()
+
+    # -- for the runner ---------------------------------------------------------------------
+    def accepts(self, frame: Frame) -> bool:
+        return isinstance(frame, self.input_types)
+
+    def _bind_backlog(self, fn: Callable[[], int]) -> None:
+        self._backlog = fn
+
+    def _shutdown_executor(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"

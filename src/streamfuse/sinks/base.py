@@ -1,0 +1,52 @@
+"""Event sinks: the emission point of the timeline.
+
+An `EventSink` consumes `EventFrame`s and `ErrorFrame`s and renders each as a record whose
+`latency_ms` is measured at this moment (input arrival to emission). Subclasses implement
+`write(record)`; the base collects per-type latencies for reporting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from streamfuse.frames import ErrorFrame, EventFrame, Frame, now_wall
+from streamfuse.pipeline.stage import Stage
+from streamfuse.telemetry.metrics import instruments
+
+Listener = Callable[[dict[str, Any]], None]
+
+
+class EventSink(Stage):
+    input_types = (EventFrame, ErrorFrame)
+
+    def __init__(self, name: str | None = None) -> None:
+        super().__init__(name)
+        self.listeners: list[Listener] = []
+
+    async def process(self, frame: Frame) -> AsyncIterator[Frame]:
+        assert isinstance(frame, EventFrame | ErrorFrame)
+        record = frame.to_record(now_wall())
+        instruments().event_latency.record(record["latency_ms"] / 1000.0, {"type": record["type"]})
+        self.write(record)
+        for listener in self.listeners:
+            listener(record)
+        return
+        yield  # pragma: no cover
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Render one record. Default: nothing (listeners only)."""
+
+
+class CollectSink(EventSink):
+    """Keeps every record in memory (tests, library use)."""
+
+    def __init__(self, name: str | None = None) -> None:
+        super().__init__(name)
+        self.records: list[dict[str, Any]] = []
+
+    def write(self, record: dict[str, Any]) -> None:
+        self.records.append(record)
+
+    def of_type(self, type_: str) -> list[dict[str, Any]]:
+        return [r for r in self.records if r["type"] == type_]

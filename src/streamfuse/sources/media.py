@@ -1,0 +1,197 @@
+"""Media files and URLs through PyAV.
+
+Video frames come at the stream's native rate as RGB arrays; audio is resampled to 16 kHz mono
+float32 and cut into fixed windows (20 ms by default). Frames are released in container order,
+paced at wall-clock speed with ``realtime=True`` (as from a live feed) or as fast as possible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import re
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import av
+import numpy as np
+
+from streamfuse.errors import MediaDecodeError, SourceError
+from streamfuse.frames import AudioFrame, Frame, VideoFrame
+from streamfuse.sources.base import Pacer, Source
+
+log = logging.getLogger(__name__)
+
+_URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
+AUDIO_RATE = 16_000
+
+
+def is_url(location: str) -> bool:
+    return bool(_URL.match(location))
+
+
+class MediaSource(Source):
+    """A file path or URL (file, http(s), rtsp, ...) read with PyAV."""
+
+    def __init__(
+        self,
+        location: str | Path,
+        *,
+        stream_id: str = "main",
+        realtime: bool = False,
+        video: bool = True,
+        audio: bool = True,
+        window_ms: float = 20.0,
+        open_timeout_s: float = 10.0,
+    ) -> None:
+        self.location = str(location)
+        super().__init__(name=f"media:{Path(self.location).name or self.location}", stream_id=stream_id)
+        self.pacer = Pacer(realtime)
+        self.want_video = video
+        self.want_audio = audio
+        self.window_samples = round(AUDIO_RATE * window_ms / 1000.0)
+        self.open_timeout_s = open_timeout_s
+        self._container: Any = None
+        self.has_video = False
+        self.has_audio = False
+        self.fps: float | None = None
+        self.video_size: tuple[int, int] | None = None
+
+    async def open(self) -> None:
+        await asyncio.to_thread(self._open_sync)
+
+    def _open_sync(self) -> None:
+        loc = self.location
+        if not is_url(loc):
+            path = Path(loc)
+            if not path.exists():
+                raise SourceError(f"input not found: {loc}")
+            if path.is_dir():
+                raise SourceError(f"input is a directory, expected a media file: {loc}")
+        try:
+            options = {"rw_timeout": str(int(self.open_timeout_s * 1e6))} if is_url(loc) else {}
+            self._container = av.open(loc, options=options, timeout=self.open_timeout_s)
+        except av.error.FileNotFoundError as e:
+            raise SourceError(f"input not found: {loc}") from e
+        except (av.error.ConnectionRefusedError, av.error.HTTPError, OSError) as e:
+            if is_url(loc):
+                raise SourceError(f"cannot reach {loc}: {_reason(e)}") from e
+            raise SourceError(f"cannot read {loc}: {_reason(e)}") from e
+        except av.error.FFmpegError as e:
+            raise SourceError(
+                f"not a readable media file: {loc} ({_reason(e)}; truncated or not audio/video?)"
+            ) from e
+        c = self._container
+        self.has_video = bool(c.streams.video) and self.want_video
+        self.has_audio = bool(c.streams.audio) and self.want_audio
+        if not c.streams.video and not c.streams.audio:
+            raise SourceError(f"no audio or video stream in {loc}")
+        if c.duration:
+            self.duration_s = c.duration / av.time_base
+        if self.has_video:
+            vs = c.streams.video[0]
+            rate = vs.average_rate or vs.guessed_rate
+            self.fps = float(rate) if rate else 30.0
+            self.video_size = (vs.codec_context.width, vs.codec_context.height)
+            vs.thread_type = "AUTO"
+        log.info(
+            "opened %s: video=%s audio=%s duration=%s", loc, self.has_video, self.has_audio,
+            self.duration_s,
+        )
+
+    async def frames(self) -> AsyncIterator[Frame]:
+        if self._container is None:
+            await self.open()
+        gen = self._decode()
+        try:
+            while True:
+                frame = await asyncio.to_thread(next, gen, None)
+                if frame is None:
+                    return
+                wall = await self.pacer.wait_until(frame.t_media)
+                yield _with_arrival(frame, wall)
+        finally:
+            gen.close()
+
+    def _decode(self) -> Iterator[Frame]:
+        c = self._container
+        streams = []
+        if self.has_video:
+            streams.append(c.streams.video[0])
+        if self.has_audio:
+            streams.append(c.streams.audio[0])
+        if not streams:
+            return
+        t0 = c.start_time / av.time_base if c.start_time not in (None, av.NOPTS_VALUE) else 0.0
+        resampler = av.AudioResampler(format="flt", layout="mono", rate=AUDIO_RATE)
+        carry = np.zeros(0, dtype=np.float32)
+        audio_t0: float | None = None
+        n_samples = 0
+        n_windows = 0
+        n_video = 0
+        try:
+            for packet in c.demux(streams):
+                for decoded in packet.decode():
+                    if isinstance(decoded, av.VideoFrame):
+                        t = (decoded.time if decoded.time is not None else n_video / self.fps) - t0
+                        yield VideoFrame(
+                            stream_id=self.stream_id,
+                            t_media=max(0.0, t),
+                            image=decoded.to_ndarray(format="rgb24"),
+                            index=n_video,
+                            fps=self.fps or 30.0,
+                        )
+                        n_video += 1
+                    elif isinstance(decoded, av.AudioFrame):
+                        if audio_t0 is None:
+                            audio_t0 = max(0.0, (decoded.time or 0.0) - t0)
+                        for out in resampler.resample(decoded):
+                            carry = np.concatenate([carry, out.to_ndarray().reshape(-1)])
+                        while len(carry) >= self.window_samples:
+                            win, carry = carry[: self.window_samples], carry[self.window_samples :]
+                            yield self._window(win, audio_t0, n_samples, n_windows)
+                            n_samples += len(win)
+                            n_windows += 1
+        except av.error.FFmpegError as e:
+            where = f"after {n_video} video frames and {n_samples / AUDIO_RATE:.2f} s of audio"
+            raise MediaDecodeError(f"{self.location}: decoding failed {where}: {_reason(e)}") from e
+        if self.has_audio:
+            for out in resampler.resample(None):
+                carry = np.concatenate([carry, out.to_ndarray().reshape(-1)])
+            if len(carry):
+                win = np.pad(carry, (0, self.window_samples - len(carry) % self.window_samples))
+                for i in range(0, len(win), self.window_samples):
+                    yield self._window(
+                        win[i : i + self.window_samples], audio_t0 or 0.0, n_samples, n_windows
+                    )
+                    n_samples += self.window_samples
+                    n_windows += 1
+
+    def _window(self, samples: np.ndarray, t0: float, n_before: int, index: int) -> AudioFrame:
+        return AudioFrame(
+            stream_id=self.stream_id,
+            t_media=t0 + n_before / AUDIO_RATE,
+            samples=np.ascontiguousarray(samples, dtype=np.float32),
+            sample_rate=AUDIO_RATE,
+            index=index,
+        )
+
+    async def close(self) -> None:
+        if self._container is not None:
+            self._container.close()
+            self._container = None
+
+
+def _with_arrival(frame: Frame, wall: float) -> Frame:
+    # The arrival time is when the pacer releases the frame, not when it was decoded.
+    return dataclasses.replace(frame, arrival_wall=wall)
+
+
+def _reason(e: BaseException) -> str:
+    msg = getattr(e, "strerror", None) or str(e)
+    return str(msg).strip().rstrip(".")
+
+
+__all__ = ["AUDIO_RATE", "MediaSource", "is_url"]

@@ -1,0 +1,1 @@
+"""OpenTelemetry instrumentation: metric names live in `names`, instruments in `metrics`."""
