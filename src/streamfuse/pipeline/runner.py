@@ -47,6 +47,8 @@ class Pipeline:
         self._stop = asyncio.Event()
         self.started_wall: float | None = None
         self.finished_wall: float | None = None
+        #: Latest media time each source has released, by stream id (progress reporting).
+        self.media_time: dict[str, float] = {}
 
     # -- building -------------------------------------------------------------------------
     def link(
@@ -121,6 +123,8 @@ class Pipeline:
         for stage in self._stages:
             await stage.setup()
         self.started_wall = time.monotonic()
+        for stage in self._stages:
+            stage.started_wall = self.started_wall
         try:
             async with asyncio.TaskGroup() as tg:
                 for stage in self._stages:
@@ -152,6 +156,7 @@ class Pipeline:
         stream = source.frames()
         try:
             async for frame in _until(stream, self._stop):
+                self.media_time[source.stream_id] = frame.t_media
                 await self._emit(source, frame)
         except asyncio.CancelledError:
             raise
@@ -204,7 +209,8 @@ class Pipeline:
             busy += time.perf_counter() - t
             stage.stats.errors += 1
             ins.stage_errors.add(1, attrs)
-            log.warning("stage %s failed on a frame: %s", stage.name, exc, exc_info=True)
+            log.warning("stage %s failed on a frame: %s", stage.name, exc)
+            log.debug("stage failure detail", exc_info=True)
             await self._emit(
                 stage,
                 ErrorFrame(

@@ -68,6 +68,8 @@ class Stage(ABC):
         self._threads = threads
         self._executor: ThreadPoolExecutor | None = None
         self._backlog: Callable[[], int] = lambda: 0
+        #: Wall time (monotonic) the pipeline started streaming, set by the runner.
+        self.started_wall: float | None = None
 
     # -- for subclasses ---------------------------------------------------------------------
     async def setup(self) -> None:

@@ -1,7 +1,8 @@
 """Event sinks: the emission point of the timeline.
 
 An `EventSink` consumes `EventFrame`s and `ErrorFrame`s and renders each as a record whose
-`latency_ms` is measured at this moment (input arrival to emission). Subclasses implement
+`latency_ms` is measured at this moment (input arrival to emission) and `wall_s` is the
+emission time in seconds since the pipeline started streaming. Subclasses implement
 `write(record)`; the base collects per-type latencies for reporting.
 """
 
@@ -26,7 +27,10 @@ class EventSink(Stage):
 
     async def process(self, frame: Frame) -> AsyncIterator[Frame]:
         assert isinstance(frame, EventFrame | ErrorFrame)
-        record = frame.to_record(now_wall())
+        now = now_wall()
+        record = frame.to_record(now)
+        if self.started_wall is not None:
+            record["wall_s"] = round(now - self.started_wall, 3)
         instruments().event_latency.record(record["latency_ms"] / 1000.0, {"type": record["type"]})
         self.write(record)
         for listener in self.listeners:

@@ -15,18 +15,26 @@ class JsonlSink(EventSink):
         self.path = Path(path)
         self._fh: IO[str] | None = None
 
-    async def setup(self) -> None:
+    def _open(self) -> IO[str]:
         if self._fh is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._fh = self.path.open("w", encoding="utf-8")
+        return self._fh
+
+    async def setup(self) -> None:
+        self._open()
 
     def write(self, record: dict[str, Any]) -> None:
-        if self._fh is None:
-            raise RuntimeError("JsonlSink.write before setup")
-        self._fh.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self._fh.flush()
+        fh = self._open()
+        fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+        fh.flush()
 
-    async def teardown(self) -> None:
+    def close(self) -> None:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+
+    async def teardown(self) -> None:
+        # Kept open: the job appends its final `stats` record after the pipeline ends.
+        if self._fh is not None:
+            self._fh.flush()

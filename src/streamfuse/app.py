@@ -1,0 +1,140 @@
+"""The main job: media inputs -> (change detection -> OCR) + (VAD -> streaming ASR) -> sinks.
+
+`StreamfuseConfig` is the one validated configuration passed down to every subsystem;
+`build_pipeline` wires one branch per input stream into a single `Pipeline` whose sinks receive
+every stream's events. Library users compose their own graphs with `Pipeline.link` instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+from pydantic import BaseModel, ConfigDict, Field
+
+from streamfuse.audio.stage import AsrConfig, AsrStage
+from streamfuse.errors import SourceError
+from streamfuse.frames import ErrorFrame
+from streamfuse.pipeline import OverloadPolicy, Pipeline, Stage
+from streamfuse.sinks.base import EventSink
+from streamfuse.sources.media import MediaSource
+from streamfuse.vision import ChangeDetector, OcrStage, VisionConfig
+
+
+class StreamfuseConfig(BaseModel):
+    """Top-level configuration of the main job."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    realtime: bool = Field(False, description="Pace inputs at wall-clock speed, as a live feed.")
+    ocr: bool = Field(True, description="Run the vision path (change detection + OCR).")
+    asr: bool = Field(True, description="Run the audio path (VAD + streaming ASR).")
+    video_queue: int = Field(64, ge=1, le=10_000, description="Video frames buffered before OCR.")
+    audio_queue: int = Field(
+        3000, ge=50, le=100_000, description="20 ms audio windows buffered before ASR (60 s)."
+    )
+    vision: VisionConfig = Field(default_factory=VisionConfig)
+    asr_config: AsrConfig = Field(default_factory=AsrConfig)
+
+
+@dataclass
+class Job:
+    """A built pipeline with its sources and the notes raised while building it."""
+
+    pipeline: Pipeline
+    sources: list[MediaSource]
+    warnings: list[ErrorFrame] = field(default_factory=list)
+    cpu_start_s: float = field(default_factory=lambda: _cpu_s())
+    wall_start_s: float = field(default_factory=time.monotonic)
+
+    def summary(self) -> dict[str, object]:
+        """The final `stats` record of the run."""
+        media = [s.duration_s for s in self.sources if s.duration_s]
+        return {
+            "type": "stats",
+            "final": True,
+            "t_start": 0.0,
+            "t_end": round(max(media), 3) if media else 0.0,
+            "latency_ms": 0.0,
+            "realtime": any(s.pacer.realtime for s in self.sources),
+            "wall_s": round(self._streaming_s(), 3),
+            "cpu_s": round(_cpu_s() - self.cpu_start_s, 3),
+            "stages": self.pipeline.snapshot(),
+        }
+
+
+    def _streaming_s(self) -> float:
+        p = self.pipeline
+        if p.started_wall is not None:
+            return (p.finished_wall or time.monotonic()) - p.started_wall
+        return time.monotonic() - self.wall_start_s
+
+
+def _cpu_s() -> float:
+    t = psutil.Process().cpu_times()
+    return float(t.user + t.system)
+
+
+async def build_pipeline(
+    inputs: list[str], config: StreamfuseConfig, sinks: list[EventSink]
+) -> Job:
+    """Open every input (raising `SourceError` with a clear message) and wire the graph."""
+    pipeline = Pipeline("streamfuse")
+    sources: list[MediaSource] = []
+    warnings: list[ErrorFrame] = []
+    for i, location in enumerate(inputs):
+        stream_id = Path(location).stem if len(inputs) == 1 else f"{i}:{Path(location).stem}"
+        source = MediaSource(
+            location, stream_id=stream_id, realtime=config.realtime, audio=config.asr,
+            video=config.ocr,
+        )
+        await source.open()
+        if not (source.has_video or source.has_audio):
+            raise SourceError(f"{location}: nothing to do (no usable audio or video stream)")
+        sources.append(source)
+        branch_ends: list[Stage] = []
+        if config.ocr and source.has_video:
+            change = ChangeDetector(config.vision, name=f"change[{stream_id}]")
+            ocr = OcrStage(config.vision, name=f"ocr[{stream_id}]")
+            pipeline.link(source, change, maxsize=config.video_queue)
+            # OCR only ever needs the newest settled picture: it never builds a backlog.
+            pipeline.link(change, ocr, policy=OverloadPolicy.LATEST_ONLY)
+            branch_ends.append(ocr)
+        elif config.ocr:
+            warnings.append(_note(stream_id, location, "no video stream: OCR skipped"))
+        if config.asr and source.has_audio:
+            asr = AsrStage(config.asr_config, name=f"asr[{stream_id}]")
+            pipeline.link(source, asr, maxsize=config.audio_queue)
+            branch_ends.append(asr)
+        elif config.asr:
+            warnings.append(_note(stream_id, location, "no audio stream: speech recognition skipped"))
+        for end in branch_ends:
+            for sink in sinks:
+                pipeline.link(end, sink, maxsize=256)
+        if not branch_ends:
+            raise SourceError(f"{location}: nothing to do with the selected paths")
+    return Job(pipeline=pipeline, sources=sources, warnings=warnings)
+
+
+def _note(stream_id: str, location: str, message: str) -> ErrorFrame:
+    return ErrorFrame(stream_id=stream_id, stage="input", message=f"{location}: {message}")
+
+
+async def run_job(job: Job, sinks: list[EventSink]) -> None:
+    """Run the job; warnings raised while building are written to the sinks first."""
+    for warning in job.warnings:
+        for sink in sinks:
+            record = warning.to_record()
+            sink.write(record)
+            for listener in sink.listeners:
+                listener(record)
+    job.wall_start_s = time.monotonic()
+    job.cpu_start_s = _cpu_s()
+    await job.pipeline.run()
+
+
+def run_sync(job: Job, sinks: list[EventSink]) -> None:
+    asyncio.run(run_job(job, sinks))

@@ -1,0 +1,220 @@
+"""The command line: `run` a stream through the pipeline, `demo` the bundled clip, `eval` a run.
+
+Bad input ends with a one-line `error: ...` on stderr and exit status 2 (nothing started) or 1
+(the input broke part-way: the events produced so far are kept, with an `error` event).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from streamfuse.errors import StreamfuseError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="streamfuse: live OCR + speech timeline from media streams, within a latency budget.",
+)
+err = Console(stderr=True)
+out = Console()
+
+REPO_ASSETS = Path(__file__).resolve().parents[2] / "assets"
+DEMO_CLIP = REPO_ASSETS / "demo" / "lecture.mp4"
+DEMO_TRUTH = REPO_ASSETS / "demo" / "lecture.truth.json"
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in ("RapidOCR", "faster_whisper", "onnxruntime"):
+        logging.getLogger(noisy).setLevel(logging.INFO if verbose else logging.ERROR)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+async def _run(
+    inputs: list[str], config: Any, out_path: Path | None, live: bool
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    from streamfuse.app import build_pipeline, run_job
+    from streamfuse.sinks import CollectSink, JsonlSink
+    from streamfuse.sinks.console import ConsoleView
+
+    collect = CollectSink()
+    sinks: list[Any] = [collect]
+    jsonl = JsonlSink(out_path) if out_path else None
+    if jsonl:
+        sinks.append(jsonl)
+    view = ConsoleView()
+    sinks.append(view)
+    job = await build_pipeline(inputs, config, sinks)
+    view.durations = {s.stream_id: s.duration_s for s in job.sources}
+    task = asyncio.create_task(run_job(job, sinks))
+    try:
+        if live:
+            with Live(view.render(job.pipeline), console=out, refresh_per_second=4) as screen:
+                while not task.done():
+                    await asyncio.wait({task}, timeout=0.25)
+                    screen.update(view.render(job.pipeline))
+        await task
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        job.pipeline.request_stop()
+        await asyncio.wait_for(task, 30)
+    finally:
+        summary = job.summary()
+        if jsonl:
+            jsonl.write(summary)
+            jsonl.close()
+    if not live:
+        out.print(view.render(job.pipeline))
+    return collect.records, summary
+
+
+@app.command()
+def run(
+    inputs: Annotated[list[str], typer.Argument(help="Media files or URLs (several run at once).")],
+    realtime: Annotated[bool, typer.Option(help="Pace input at wall-clock speed (live).")] = False,
+    out_path: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Write events as JSON Lines here.")
+    ] = None,
+    asr_model: Annotated[
+        str, typer.Option(help="tiny.en, base, or a path to a CTranslate2 Whisper model.")
+    ] = "tiny.en",
+    ocr: Annotated[bool, typer.Option("--ocr/--no-ocr", help="Run slide OCR.")] = True,
+    asr: Annotated[bool, typer.Option("--asr/--no-asr", help="Run speech recognition.")] = True,
+    live: Annotated[
+        bool | None, typer.Option("--live/--no-live", help="Live terminal view (default: on a TTY).")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Run media inputs through the pipeline and print / write the live timeline."""
+    _setup_logging(verbose)
+    code = _run_main(inputs, realtime, out_path, asr_model, ocr, asr, live)
+    raise typer.Exit(code)
+
+
+def _run_main(
+    inputs: list[str],
+    realtime: bool,
+    out_path: Path | None,
+    asr_model: str,
+    ocr: bool,
+    asr: bool,
+    live: bool | None,
+) -> int:
+    from pydantic import ValidationError
+
+    from streamfuse.app import StreamfuseConfig
+
+    if not (ocr or asr):
+        raise _fail("both --no-ocr and --no-asr: nothing to do")
+    try:
+        config = StreamfuseConfig(realtime=realtime, ocr=ocr, asr=asr)
+        config.asr_config = config.asr_config.model_copy(update={"model": asr_model})
+    except ValidationError as e:
+        raise _fail(f"invalid option: {e.errors()[0]['msg']}") from None
+    show_live = out.is_terminal if live is None else live
+    try:
+        records, _ = asyncio.run(_run(inputs, config, out_path, show_live))
+    except StreamfuseError as e:
+        raise _fail(str(e)) from None
+    broken = [r for r in records if r["type"] == "error" and r.get("stage", "").startswith("media:")]
+    for r in records:
+        if r["type"] == "error" and r.get("stage") == "input":
+            err.print(f"[yellow]note:[/yellow] {r['message']}", highlight=False)
+    if broken:
+        err.print(f"[red]error:[/red] {broken[0]['message']} (partial results kept)", highlight=False)
+        return 1
+    if out_path:
+        err.print(f"events written to {out_path}", highlight=False)
+    return 0
+
+
+@app.command()
+def demo(
+    realtime: Annotated[bool, typer.Option(help="Play the clip at live speed.")] = True,
+    out_path: Annotated[Path, typer.Option("--out", "-o")] = Path("out/demo.events.jsonl"),
+    asr_model: Annotated[str, typer.Option(help="tiny.en, base, or a model path.")] = "tiny.en",
+    live: Annotated[bool | None, typer.Option("--live/--no-live")] = None,
+) -> None:
+    """Run the bundled lecture clip live, then score it against its ground truth."""
+    _setup_logging(False)
+    if not DEMO_CLIP.exists():
+        raise _fail(f"bundled demo clip not found at {DEMO_CLIP}")
+    code = _run_main([str(DEMO_CLIP)], realtime, out_path, asr_model, True, True, live)
+    if code == 0:
+        _print_scores(_score(DEMO_TRUTH, out_path))
+    raise typer.Exit(code)
+
+
+def _score(truth_path: Path, events_path: Path) -> dict[str, Any]:
+    from streamfuse.evaluation import evaluate, load_events, load_truth
+
+    try:
+        return evaluate(load_truth(truth_path), load_events(events_path))
+    except StreamfuseError as e:
+        raise _fail(str(e)) from None
+
+
+def _fmt(v: Any, pct: bool = False) -> str:
+    if v is None:
+        return "-"
+    return f"{100 * v:.1f}%" if pct else str(v)
+
+
+def _print_scores(result: dict[str, Any]) -> None:
+    table = Table(title="scores", title_justify="left")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("OCR CER", _fmt(result.get("ocr_cer"), pct=True))
+    table.add_row("ASR WER", _fmt(result.get("asr_wer"), pct=True))
+    for kind, q in result.get("latency_ms", {}).items():
+        table.add_row(f"{kind} latency p50 / p95", f"{q['p50']:.0f} / {q['p95']:.0f} ms (n={q['n']})")
+    if "ocr_change_latency_ms" in result:
+        q = result["ocr_change_latency_ms"]
+        table.add_row("slide change -> ocr p50 / p95", f"{q['p50']:.0f} / {q['p95']:.0f} ms")
+    if "end_lag_s" in result:
+        table.add_row("last event after stream end", f"{result['end_lag_s']:.2f} s")
+    table.add_row("RTF (wall / media)", _fmt(result.get("rtf")))
+    out.print(table)
+
+
+@app.command("eval")
+def eval_cmd(
+    events: Annotated[Path, typer.Argument(help="Events JSON Lines from `streamfuse run --out`.")],
+    truth: Annotated[Path, typer.Option("--truth", help="Ground truth JSON.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Score a run against ground truth: OCR CER, ASR WER, latency per event type, RTF."""
+    _setup_logging(False)
+    result = _score(truth, events)
+    if as_json:
+        slim = {k: v for k, v in result.items() if k not in ("ocr_slides", "asr_hyp")}
+        typer.echo(json.dumps(slim))
+    else:
+        _print_scores(result)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""Scores a run (events JSON Lines) against ground truth.
+
+- OCR CER: for each truth slide, the last `ocr` event whose `t_start` lies inside the slide's
+  interval; its lines and the truth lines are each joined with single spaces (whitespace
+  collapsed) and compared by character edit distance. A slide with no event counts as fully
+  missed. The figure is total edits / total truth characters.
+- ASR WER: all committed `asr` text against all truth text, both normalized by Whisper's English
+  normalizer (case, punctuation, spelled and written numbers), word edit distance / truth words.
+- Latency: p50 / p95 of `latency_ms` per event type; for realtime runs also the delay from a
+  slide appearing on screen to its first `ocr` event, and how long after the end of the stream
+  the last event came (`end_lag_s`).
+- RTF: processing wall time / media duration (from the run's final `stats` event).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import jiwer
+import numpy as np
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from streamfuse.errors import EvalError
+
+
+class TruthSlide(BaseModel):
+    t_start: float = Field(ge=0)
+    t_end: float = Field(ge=0)
+    lines: list[str]
+
+
+class TruthUtterance(BaseModel):
+    t_start: float = Field(ge=0)
+    t_end: float = Field(ge=0)
+    text: str
+
+
+class Truth(BaseModel):
+    duration_s: float = Field(gt=0)
+    ocr: list[TruthSlide] = Field(default_factory=list)
+    asr: list[TruthUtterance] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _intervals(self) -> Truth:
+        for item in [*self.ocr, *self.asr]:
+            if item.t_end < item.t_start:
+                raise ValueError(f"interval ends before it starts: {item.t_start}..{item.t_end}")
+        return self
+
+
+def load_truth(path: str | Path) -> Truth:
+    p = Path(path)
+    try:
+        return Truth.model_validate_json(p.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise EvalError(f"truth file not found: {p}") from e
+    except ValidationError as e:
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise EvalError(f"truth file {p} is malformed at {where or 'top'}: {first['msg']}") from e
+
+
+def load_events(path: str | Path) -> list[dict[str, Any]]:
+    """Read events JSON Lines; a torn last line (a crashed run) is tolerated, others are not."""
+    p = Path(path)
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError as e:
+        raise EvalError(f"events file not found: {p}") from e
+    events = []
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            ev = json.loads(line)
+        except json.JSONDecodeError as e:
+            if i == len(lines):
+                break
+            raise EvalError(f"{p}:{i}: not a JSON object: {e.msg}") from e
+        if not isinstance(ev, dict) or "type" not in ev:
+            raise EvalError(f"{p}:{i}: expected an event object with a 'type'")
+        events.append(ev)
+    return events
+
+
+def collapse(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def ocr_cer(truth: Truth, events: list[dict[str, Any]]) -> dict[str, Any]:
+    ocr = sorted((e for e in events if e["type"] == "ocr"), key=lambda e: e["t_start"])
+    edits = 0
+    chars = 0
+    per_slide = []
+    for slide in truth.ocr:
+        ref = collapse(" ".join(slide.lines))
+        inside = [e for e in ocr if slide.t_start <= e["t_start"] < slide.t_end]
+        hyp = collapse(" ".join(ln["text"] for ln in inside[-1]["lines"])) if inside else ""
+        n_edits = round(jiwer.cer(ref, hyp) * len(ref)) if ref else len(hyp)
+        edits += n_edits
+        chars += len(ref)
+        per_slide.append({"t_start": slide.t_start, "cer": n_edits / max(1, len(ref)), "hyp": hyp})
+    return {"ocr_cer": edits / chars if chars else None, "ocr_slides": per_slide}
+
+
+def asr_wer(truth: Truth, events: list[dict[str, Any]]) -> dict[str, Any]:
+    from streamfuse.audio.wer import normalize_text
+
+    ref = normalize_text(" ".join(u.text for u in truth.asr))
+    hyp = normalize_text(" ".join(e.get("text", "") for e in events if e["type"] == "asr"))
+    if not ref:
+        return {"asr_wer": None}
+    return {"asr_wer": jiwer.wer(ref, hyp) if hyp else 1.0, "asr_hyp": hyp}
+
+
+def _quantiles(values: list[float]) -> dict[str, float]:
+    arr = np.asarray(values, dtype=float)
+    return {
+        "p50": round(float(np.percentile(arr, 50)), 1),
+        "p95": round(float(np.percentile(arr, 95)), 1),
+        "n": int(arr.size),
+    }
+
+
+def latency(events: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    by_type: dict[str, list[float]] = defaultdict(list)
+    for e in events:
+        if "latency_ms" in e and e["type"] != "stats":
+            by_type[e["type"]].append(float(e["latency_ms"]))
+    return {t: _quantiles(v) for t, v in sorted(by_type.items())}
+
+
+def evaluate(truth: Truth, events: list[dict[str, Any]]) -> dict[str, Any]:
+    summary = next((e for e in reversed(events) if e["type"] == "stats" and e.get("final")), None)
+    result: dict[str, Any] = {}
+    result.update(ocr_cer(truth, events))
+    result.update(asr_wer(truth, events))
+    result["latency_ms"] = latency(events)
+    result["rtf"] = None
+    if summary is not None:
+        result["rtf"] = round(summary["wall_s"] / truth.duration_s, 3)
+        result["cpu_s"] = summary.get("cpu_s")
+        result["realtime"] = bool(summary.get("realtime"))
+    timed = [e for e in events if "wall_s" in e and e["type"] != "stats"]
+    if summary is not None and summary.get("realtime") and timed:
+        result["end_lag_s"] = round(max(e["wall_s"] for e in timed) - truth.duration_s, 3)
+        ocr = [e for e in timed if e["type"] == "ocr"]
+        delays = []
+        for slide in truth.ocr:
+            first = [e for e in ocr if slide.t_start <= e["t_start"] < slide.t_end]
+            if first:
+                delays.append((first[0]["wall_s"] - slide.t_start) * 1000.0)
+        if delays:
+            result["ocr_change_latency_ms"] = _quantiles(delays)
+    return result
