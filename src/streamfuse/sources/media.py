@@ -18,6 +18,7 @@ from typing import Any
 import av
 import numpy as np
 
+from streamfuse.clock import DriftEstimator
 from streamfuse.errors import MediaDecodeError, SourceError
 from streamfuse.frames import AudioFrame, Frame, VideoFrame
 from streamfuse.sources.base import Pacer, Source
@@ -58,6 +59,8 @@ class MediaSource(Source):
         self.has_audio = False
         self.fps: float | None = None
         self.video_size: tuple[int, int] | None = None
+        #: Maps the audio sample clock (samples / 16 kHz) onto the container (video) clock.
+        self.audio_clock = DriftEstimator()
 
     async def open(self) -> None:
         await asyncio.to_thread(self._open_sync)
@@ -124,7 +127,7 @@ class MediaSource(Source):
             streams.append(c.streams.audio[0])
         if not streams:
             return
-        t0 = c.start_time / av.time_base if c.start_time not in (None, av.NOPTS_VALUE) else 0.0
+        t0 = c.start_time / av.time_base if c.start_time is not None else 0.0
         resampler = av.AudioResampler(format="flt", layout="mono", rate=AUDIO_RATE)
         carry = np.zeros(0, dtype=np.float32)
         audio_t0: float | None = None
@@ -147,6 +150,12 @@ class MediaSource(Source):
                     elif isinstance(decoded, av.AudioFrame):
                         if audio_t0 is None:
                             audio_t0 = max(0.0, (decoded.time or 0.0) - t0)
+                        if decoded.time is not None:
+                            # One reading of both clocks: samples delivered so far vs the pts.
+                            queued = len(carry) / AUDIO_RATE
+                            self.audio_clock.update(
+                                audio_t0 + n_samples / AUDIO_RATE + queued, decoded.time - t0
+                            )
                         for out in resampler.resample(decoded):
                             carry = np.concatenate([carry, out.to_ndarray().reshape(-1)])
                         while len(carry) >= self.window_samples:
@@ -157,6 +166,12 @@ class MediaSource(Source):
         except av.error.FFmpegError as e:
             where = f"after {n_video} video frames and {n_samples / AUDIO_RATE:.2f} s of audio"
             raise MediaDecodeError(f"{self.location}: decoding failed {where}: {_reason(e)}") from e
+        last_t = max(n_video / (self.fps or 30.0), n_samples / AUDIO_RATE)
+        if self.duration_s and last_t < self.duration_s - 1.0:
+            raise MediaDecodeError(
+                f"{self.location}: stream ended at {last_t:.1f} s of {self.duration_s:.1f} s "
+                "(truncated or corrupt)"
+            )
         if self.has_audio:
             for out in resampler.resample(None):
                 carry = np.concatenate([carry, out.to_ndarray().reshape(-1)])
@@ -172,7 +187,7 @@ class MediaSource(Source):
     def _window(self, samples: np.ndarray, t0: float, n_before: int, index: int) -> AudioFrame:
         return AudioFrame(
             stream_id=self.stream_id,
-            t_media=t0 + n_before / AUDIO_RATE,
+            t_media=max(0.0, self.audio_clock.to_reference(t0 + n_before / AUDIO_RATE)),
             samples=np.ascontiguousarray(samples, dtype=np.float32),
             sample_rate=AUDIO_RATE,
             index=index,

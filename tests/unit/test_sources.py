@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from streamfuse.errors import MediaDecodeError, SourceError
+from streamfuse.frames import AudioFrame, Frame, VideoFrame
+from streamfuse.sources.media import MediaSource
+from streamfuse.testing.media import faststart, remux, truncate
+
+pytestmark = pytest.mark.unit
+
+
+def _read(source: MediaSource) -> list[Frame]:
+    async def go() -> list[Frame]:
+        await source.open()
+        return [f async for f in source.frames()]
+
+    return asyncio.run(go())
+
+
+@pytest.fixture(scope="module")
+def short(assets: Path) -> Path:
+    return assets / "test" / "short.mp4"
+
+
+def test_reads_native_fps_and_20ms_audio(short: Path) -> None:
+    src = MediaSource(short)
+    frames = _read(src)
+    video = [f for f in frames if isinstance(f, VideoFrame)]
+    audio = [f for f in frames if isinstance(f, AudioFrame)]
+    assert src.fps == pytest.approx(30.0)
+    assert len(video) == pytest.approx(src.duration_s * 30, abs=2)
+    assert video[0].image.shape == (720, 1280, 3)
+    assert all(len(a.samples) == 320 and a.sample_rate == 16_000 for a in audio)
+    assert audio[-1].t_end == pytest.approx(src.duration_s, abs=0.1)
+    # Media time is monotonic per modality and both share one clock.
+    assert all(b.t_media > a.t_media for a, b in zip(video, video[1:], strict=False))
+    assert all(b.t_media > a.t_media for a, b in zip(audio, audio[1:], strict=False))
+    assert abs(video[-1].t_end - audio[-1].t_end) < 0.1
+    assert abs(src.audio_clock.fit.skew_ppm) < 50
+
+
+def test_realtime_pacing_follows_media_time(short: Path) -> None:
+    async def go() -> tuple[float, float]:
+        src = MediaSource(short, realtime=True, audio=False)
+        await src.open()
+        first = last = None
+        async for f in src.frames():
+            if first is None:
+                first = f
+            last = f
+            if f.t_media >= 1.0:
+                break
+        assert first is not None and last is not None
+        return last.arrival_wall - first.arrival_wall, last.t_media - first.t_media
+
+    wall, media = asyncio.run(go())
+    assert wall == pytest.approx(media, abs=0.15)
+
+
+def test_missing_path_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match="input not found: .*nope.mp4"):
+        _read(MediaSource(tmp_path / "nope.mp4"))
+
+
+def test_non_media_file(tmp_path: Path) -> None:
+    bogus = tmp_path / "notes.mp4"
+    bogus.write_text("these are not video frames\n" * 50)
+    with pytest.raises(SourceError, match="not a readable media file"):
+        _read(MediaSource(bogus))
+
+
+def test_truncated_mp4_without_index_fails_to_open(short: Path, tmp_path: Path) -> None:
+    cut = truncate(short, tmp_path / "cut.mp4", 0.5)
+    with pytest.raises(SourceError, match="cut.mp4"):
+        _read(MediaSource(cut))
+
+
+def test_truncated_streamable_mp4_keeps_what_was_decoded(short: Path, tmp_path: Path) -> None:
+    cut = truncate(faststart(short, tmp_path / "fs.mp4"), tmp_path / "fs_cut.mp4", 0.5)
+
+    async def go() -> tuple[list[Frame], BaseException | None]:
+        src = MediaSource(cut)
+        await src.open()
+        got: list[Frame] = []
+        try:
+            async for f in src.frames():
+                got.append(f)
+        except MediaDecodeError as e:
+            return got, e
+        return got, None
+
+    frames, error = asyncio.run(go())
+    video = [f for f in frames if isinstance(f, VideoFrame)]
+    # Roughly the first half decodes, then the early end is named.
+    assert 0.2 * 352 < len(video) < 0.9 * 352
+    assert error is not None and "fs_cut.mp4" in str(error)
+    assert "truncated or corrupt" in str(error) or "decoding failed" in str(error)
+
+
+def test_audio_only_and_video_only(short: Path, tmp_path: Path) -> None:
+    a = MediaSource(remux(short, tmp_path / "a.mp4", video=False))
+    frames = _read(a)
+    assert not a.has_video and a.has_audio
+    assert frames and all(isinstance(f, AudioFrame) for f in frames)
+    v = MediaSource(remux(short, tmp_path / "v.mp4", audio=False))
+    frames = _read(v)
+    assert v.has_video and not v.has_audio
+    assert frames and all(isinstance(f, VideoFrame) for f in frames)
+
+
+def test_unreachable_url() -> None:
+    with pytest.raises(SourceError, match=r"127\.0\.0\.1:9"):
+        _read(MediaSource("http://127.0.0.1:9/live.mp4", open_timeout_s=3))
