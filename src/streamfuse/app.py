@@ -65,7 +65,6 @@ class Job:
             "stages": self.pipeline.snapshot(),
         }
 
-
     def _streaming_s(self) -> float:
         p = self.pipeline
         if p.started_wall is not None:
@@ -88,7 +87,10 @@ async def build_pipeline(
     for i, location in enumerate(inputs):
         stream_id = Path(location).stem if len(inputs) == 1 else f"{i}:{Path(location).stem}"
         source = MediaSource(
-            location, stream_id=stream_id, realtime=config.realtime, audio=config.asr,
+            location,
+            stream_id=stream_id,
+            realtime=config.realtime,
+            audio=config.asr,
             video=config.ocr,
         )
         await source.open()
@@ -110,7 +112,9 @@ async def build_pipeline(
             pipeline.link(source, asr, maxsize=config.audio_queue)
             branch_ends.append(asr)
         elif config.asr:
-            warnings.append(_note(stream_id, location, "no audio stream: speech recognition skipped"))
+            warnings.append(
+                _note(stream_id, location, "no audio stream: speech recognition skipped")
+            )
         for end in branch_ends:
             for sink in sinks:
                 pipeline.link(end, sink, maxsize=256)

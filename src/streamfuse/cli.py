@@ -100,7 +100,8 @@ def run(
     ocr: Annotated[bool, typer.Option("--ocr/--no-ocr", help="Run slide OCR.")] = True,
     asr: Annotated[bool, typer.Option("--asr/--no-asr", help="Run speech recognition.")] = True,
     live: Annotated[
-        bool | None, typer.Option("--live/--no-live", help="Live terminal view (default: on a TTY).")
+        bool | None,
+        typer.Option("--live/--no-live", help="Live terminal view (default: on a TTY)."),
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
@@ -135,12 +136,16 @@ def _run_main(
         records, _ = asyncio.run(_run(inputs, config, out_path, show_live))
     except StreamfuseError as e:
         raise _fail(str(e)) from None
-    broken = [r for r in records if r["type"] == "error" and r.get("stage", "").startswith("media:")]
+    broken = [
+        r for r in records if r["type"] == "error" and r.get("stage", "").startswith("media:")
+    ]
     for r in records:
         if r["type"] == "error" and r.get("stage") == "input":
             err.print(f"[yellow]note:[/yellow] {r['message']}", highlight=False)
     if broken:
-        err.print(f"[red]error:[/red] {broken[0]['message']} (partial results kept)", highlight=False)
+        err.print(
+            f"[red]error:[/red] {broken[0]['message']} (partial results kept)", highlight=False
+        )
         return 1
     if out_path:
         err.print(f"events written to {out_path}", highlight=False)
@@ -186,7 +191,9 @@ def _print_scores(result: dict[str, Any]) -> None:
     table.add_row("OCR CER", _fmt(result.get("ocr_cer"), pct=True))
     table.add_row("ASR WER", _fmt(result.get("asr_wer"), pct=True))
     for kind, q in result.get("latency_ms", {}).items():
-        table.add_row(f"{kind} latency p50 / p95", f"{q['p50']:.0f} / {q['p95']:.0f} ms (n={q['n']})")
+        table.add_row(
+            f"{kind} latency p50 / p95", f"{q['p50']:.0f} / {q['p95']:.0f} ms (n={q['n']})"
+        )
     if "ocr_change_latency_ms" in result:
         q = result["ocr_change_latency_ms"]
         table.add_row("slide change -> ocr p50 / p95", f"{q['p50']:.0f} / {q['p95']:.0f} ms")

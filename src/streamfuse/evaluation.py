@@ -46,7 +46,8 @@ class Truth(BaseModel):
 
     @model_validator(mode="after")
     def _intervals(self) -> Truth:
-        for item in [*self.ocr, *self.asr]:
+        items: list[TruthSlide | TruthUtterance] = [*self.ocr, *self.asr]
+        for item in items:
             if item.t_end < item.t_start:
                 raise ValueError(f"interval ends before it starts: {item.t_start}..{item.t_end}")
         return self

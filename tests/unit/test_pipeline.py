@@ -138,7 +138,9 @@ def test_routing_errors_and_flush_order() -> None:
     assert ticks == [0, 15, 30, 45]  # the failure at frame 20 did not stop the stream
     errors = sink.of_type("error")
     assert len(errors) == 1 and "cannot read frame 20" in errors[0]["message"]
-    assert errors[0]["stage"] == "every_nth" and errors[0]["t_start"] == pytest.approx(20 / 30, abs=1e-3)
+    assert errors[0]["stage"] == "every_nth" and errors[0]["t_start"] == pytest.approx(
+        20 / 30, abs=1e-3
+    )
     assert video.seen == list(range(60))
     assert sink.of_type("audio_total")[0]["n"] == 100  # 2 s of 20 ms windows, flushed at EOS
     assert p.snapshot()["every_nth"]["errors"] == 1

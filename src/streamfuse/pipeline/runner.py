@@ -70,7 +70,8 @@ class Pipeline:
         if inbox is None:
             inbox = _Inbox(FrameQueue(maxsize, policy))
             self._inbox[id(consumer)] = inbox
-            consumer._bind_backlog(lambda q=inbox.queue: q.data_depth)
+            queue = inbox.queue
+            consumer._bind_backlog(lambda: queue.data_depth)
         elif inbox.queue.policy is not OverloadPolicy(policy):
             raise PipelineError(
                 f"stage {consumer.name!r} already has a {inbox.queue.policy} input; "

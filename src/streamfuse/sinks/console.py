@@ -72,7 +72,9 @@ class ConsoleView(EventSink):
             screen = Text("\n".join(st.screen) or "(no text yet)")
             speech = Text("\n".join(st.transcript))
             if st.partial:
-                speech.append(("\n" if st.transcript else "") + st.partial + " ...", style="italic dim")
+                speech.append(
+                    ("\n" if st.transcript else "") + st.partial + " ...", style="italic dim"
+                )
             body = Table.grid(expand=True, padding=(0, 2))
             body.add_column(ratio=1)
             body.add_column(ratio=1)
@@ -90,8 +92,13 @@ class ConsoleView(EventSink):
             if name == self.name:
                 continue
             stages.add_row(
-                name, str(s["frames"]), str(s["queue_depth"]), str(s["dropped"]), str(s["errors"]),
-                f"{s['latency_ms']['p50']:.0f}", f"{s['latency_ms']['p95']:.0f}",
+                name,
+                str(s["frames"]),
+                str(s["queue_depth"]),
+                str(s["dropped"]),
+                str(s["errors"]),
+                f"{s['latency_ms']['p50']:.0f}",
+                f"{s['latency_ms']['p95']:.0f}",
             )
         parts.append(stages)
         if self.errors:

@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import logging
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,9 @@ class MediaSource(Source):
         open_timeout_s: float = 10.0,
     ) -> None:
         self.location = str(location)
-        super().__init__(name=f"media:{Path(self.location).name or self.location}", stream_id=stream_id)
+        super().__init__(
+            name=f"media:{Path(self.location).name or self.location}", stream_id=stream_id
+        )
         self.pacer = Pacer(realtime)
         self.want_video = video
         self.want_audio = audio
@@ -100,7 +102,10 @@ class MediaSource(Source):
             self.video_size = (vs.codec_context.width, vs.codec_context.height)
             vs.thread_type = "AUTO"
         log.info(
-            "opened %s: video=%s audio=%s duration=%s", loc, self.has_video, self.has_audio,
+            "opened %s: video=%s audio=%s duration=%s",
+            loc,
+            self.has_video,
+            self.has_audio,
             self.duration_s,
         )
 
@@ -118,7 +123,7 @@ class MediaSource(Source):
         finally:
             gen.close()
 
-    def _decode(self) -> Iterator[Frame]:
+    def _decode(self) -> Generator[Frame, None, None]:
         c = self._container
         streams = []
         if self.has_video:

@@ -52,8 +52,9 @@ class SyntheticSource(Source):
         return img
 
     async def frames(self) -> AsyncIterator[Frame]:
-        n_video = int(self.duration_s * self.fps) if self.video else 0
-        n_audio = int(self.duration_s * self.sample_rate / self.window) if self.audio else 0
+        duration = float(self.duration_s or 0.0)
+        n_video = int(duration * self.fps) if self.video else 0
+        n_audio = int(duration * self.sample_rate / self.window) if self.audio else 0
         vi = ai = 0
         while vi < n_video or ai < n_audio:
             tv = vi / self.fps if vi < n_video else float("inf")

@@ -31,9 +31,10 @@ def truncate(src: str | Path, dst: str | Path, fraction: float) -> Path:
 
 def faststart(src: str | Path, dst: str | Path) -> Path:
     """Remux with the index at the front, as streamed files are, so a cut copy still opens."""
-    with av.open(str(src)) as inp, av.open(
-        str(dst), "w", format="mp4", options={"movflags": "faststart"}
-    ) as out:
+    with (
+        av.open(str(src)) as inp,
+        av.open(str(dst), "w", format="mp4", options={"movflags": "faststart"}) as out,
+    ):
         mapping = {s.index: out.add_stream_from_template(s) for s in inp.streams}
         for packet in inp.demux():
             if packet.dts is None:
