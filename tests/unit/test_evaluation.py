@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from streamfuse.errors import EvalError
+from streamfuse.evaluation import evaluate, load_events, load_truth
+
+pytestmark = pytest.mark.unit
+
+TRUTH = {
+    "duration_s": 20.0,
+    "ocr": [
+        {"t_start": 0.0, "t_end": 10.0, "lines": ["Lecture 3", "Streaming inference"]},
+        {"t_start": 10.0, "t_end": 20.0, "lines": ["Latency budget 300 ms"]},
+    ],
+    "asr": [
+        {"t_start": 1.0, "t_end": 4.0, "text": "Welcome to lecture three."},
+        {"t_start": 11.0, "t_end": 14.0, "text": "The budget is 300 milliseconds!"},
+    ],
+}
+
+
+def _ocr(t: float, lines: list[str], latency: float, wall: float) -> dict:
+    return {
+        "type": "ocr",
+        "t_start": t,
+        "t_end": t,
+        "latency_ms": latency,
+        "wall_s": wall,
+        "lines": [{"text": x, "box": [0, 0, 1, 1], "conf": 0.9} for x in lines],
+    }
+
+
+def _asr(t: float, text: str, latency: float) -> dict:
+    return {
+        "type": "asr",
+        "t_start": t,
+        "t_end": t + 1,
+        "latency_ms": latency,
+        "text": text,
+        "wall_s": t + 2,
+    }
+
+
+def _write(tmp_path: Path, events: list[dict], truth: dict = TRUTH) -> tuple[Path, Path]:
+    t = tmp_path / "truth.json"
+    t.write_text(json.dumps(truth))
+    e = tmp_path / "events.jsonl"
+    e.write_text("".join(json.dumps(x) + "\n" for x in events))
+    return t, e
+
+
+def test_scores_cer_wer_latency_and_rtf(tmp_path: Path) -> None:
+    events = [
+        _ocr(0.2, ["Lecture 3", "Streaming inferense"], 400, 0.6),  # 1 char wrong of 29
+        _ocr(10.1, ["Latency budget"], 300, 10.5),  # superseded by the next event
+        _ocr(10.4, ["Latency budget 300 ms"], 500, 10.9),
+        _asr(1.0, "welcome to lecture 3", 900),
+        _asr(11.0, "the budget is three hundred milliseconds", 1500),
+        {
+            "type": "stats",
+            "final": True,
+            "t_start": 0,
+            "t_end": 20,
+            "latency_ms": 0,
+            "wall_s": 21.0,
+            "cpu_s": 9.0,
+            "realtime": True,
+        },
+    ]
+    truth, ev = _write(tmp_path, events)
+    r = evaluate(load_truth(truth), load_events(ev))
+    assert r["ocr_cer"] == pytest.approx(1 / (29 + 21), abs=1e-9)
+    assert r["asr_wer"] == pytest.approx(0.0)  # numbers and punctuation normalized
+    assert r["latency_ms"]["ocr"]["p50"] == 400
+    assert r["latency_ms"]["asr"]["n"] == 2
+    assert r["rtf"] == pytest.approx(21.0 / 20.0)
+    assert r["end_lag_s"] == pytest.approx(13.0 - 20.0)
+    # From slide appearance (media time = wall time in a realtime run) to the first ocr event.
+    assert r["ocr_change_latency_ms"]["n"] == 2
+    assert r["ocr_change_latency_ms"]["p50"] == pytest.approx(550.0)
+
+
+def test_missed_slide_counts_fully_and_wrong_words_count(tmp_path: Path) -> None:
+    events = [_ocr(0.2, ["Lecture 3", "Streaming inference"], 1, 1), _asr(1, "welcome to", 1)]
+    truth, ev = _write(tmp_path, events)
+    r = evaluate(load_truth(truth), load_events(ev))
+    assert r["ocr_cer"] == pytest.approx(21 / 50)
+    assert r["asr_wer"] > 0.7
+    assert r["rtf"] is None
+
+
+def test_torn_last_line_is_tolerated_but_garbage_is_not(tmp_path: Path) -> None:
+    _, ev = _write(tmp_path, [_asr(1, "hello", 1)])
+    ev.write_text(ev.read_text() + '{"type": "ocr", "t_sta')
+    assert len(load_events(ev)) == 1
+    ev.write_text('not json\n{"type": "asr"}\n')
+    with pytest.raises(EvalError, match="events.jsonl:1"):
+        load_events(ev)
+
+
+def test_malformed_truth_is_named(tmp_path: Path) -> None:
+    bad = dict(TRUTH, ocr=[{"t_start": 0.0, "lines": []}])
+    truth, _ = _write(tmp_path, [], bad)
+    with pytest.raises(EvalError, match=r"malformed at ocr\.0\.t_end"):
+        load_truth(truth)
+    with pytest.raises(EvalError, match="not found"):
+        load_truth(tmp_path / "missing.json")
