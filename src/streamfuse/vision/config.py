@@ -1,0 +1,181 @@
+"""Configuration of the vision path (change detection + OCR), validated with pydantic.
+
+Defaults are chosen to generalize across fonts, layouts, resolutions and mild video noise
+(thresholds are relative: fractions of the picture, grey levels of a resolution-independent
+thumbnail, seconds rather than frames), not tuned to one clip.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class ChangeDetectorConfig(BaseModel):
+    """When a video frame is worth reading: the picture changed, then held still."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    thumb_width_px: int = Field(
+        160,
+        ge=32,
+        le=640,
+        description="Width of the grey thumbnail frames are compared on (height keeps the "
+        "aspect). 160 px makes one thumbnail cell 8x8 px of a 720p frame, 12x12 of 1080p.",
+    )
+    change_delta: int = Field(
+        24,
+        ge=1,
+        le=255,
+        description="A thumbnail cell counts as changed since the last key frame when its grey "
+        "level moved by more than this (after removing a global brightness shift).",
+    )
+    min_changed_frac: float = Field(
+        0.004,
+        ge=0.0,
+        le=1.0,
+        description="Fraction of thumbnail cells that must have changed since the last key "
+        "frame to re-read the picture. 0.4% ignores a moving mouse pointer (~0.1-0.2% at "
+        "720p) but catches a new text line; a single short word edit may stay below it.",
+    )
+    still_delta: int = Field(
+        8,
+        ge=1,
+        le=255,
+        description="Grey-level tolerance for 'still': a frame is still while few cells differ "
+        "from the first frame of the current still run by more than this. Measured against "
+        "that anchor, not the previous frame, so slow fades and wipes do not look still.",
+    )
+    still_max_frac: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="Fraction of cells allowed to move while the picture counts as still "
+        "(local motion such as a pointer). Default: same as `min_changed_frac`.",
+    )
+    settle_s: float = Field(
+        0.1,
+        ge=0.0,
+        le=2.0,
+        description="How long a changed picture must hold still before it is read, so "
+        "transitions are not OCR'd half-drawn (0.1 s = 3 frames at 30 fps).",
+    )
+    max_wait_s: float = Field(
+        2.0,
+        ge=0.1,
+        le=60.0,
+        description="Read a changed picture after this long even if it never settles "
+        "(video or animation inside a slide, camera shake), so text is not starved.",
+    )
+    compensate_brightness: bool = Field(
+        True,
+        description="Subtract the median thumbnail difference before thresholding, so an "
+        "exposure or brightness drift is not mistaken for new content.",
+    )
+
+    @property
+    def still_frac(self) -> float:
+        return self.min_changed_frac if self.still_max_frac is None else self.still_max_frac
+
+
+class OcrConfig(BaseModel):
+    """rapidocr + onnxruntime settings and the post-processing of its output."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    det_max_side_px: int = Field(
+        960,
+        ge=64,
+        le=4096,
+        description="Longest side of the text detector input for the default fixed policy "
+        "(rapidocr `Det.limit_type=max`, `Det.limit_side_len`). Recognition always reads "
+        "crops of the full-resolution frame, normalized to 48 px high by the recognizer.",
+    )
+    use_cls: bool = Field(
+        False,
+        description="Run the text-direction classifier (only needed for upside-down text; "
+        "costs ~30% more).",
+    )
+    intra_op_threads: int = Field(
+        2,
+        ge=1,
+        le=64,
+        description="onnxruntime intra-op threads per OCR model. 1-2 on a 2-core machine "
+        "that also runs speech recognition.",
+    )
+    inter_op_threads: int = Field(1, ge=1, le=8, description="onnxruntime inter-op threads.")
+    min_conf: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="Recognized lines below this confidence are dropped as junk.",
+    )
+    short_line_chars: int = Field(
+        2,
+        ge=0,
+        le=10,
+        description="Lines of at most this many non-space characters are held to "
+        "`short_line_min_conf`: isolated shapes (a mouse pointer, an icon, a bullet) are "
+        "often read as one glyph with middling confidence.",
+    )
+    short_line_min_conf: float = Field(
+        0.9,
+        ge=0.0,
+        le=1.0,
+        description="Confidence a short line (see `short_line_chars`) needs to be kept.",
+    )
+    min_text_height_px: int = Field(
+        6,
+        ge=0,
+        le=200,
+        description="Boxes shorter than this (original pixels) are dropped as specks.",
+    )
+    dedup_line_similarity: float = Field(
+        0.9,
+        ge=0.5,
+        le=1.0,
+        description="A new reading repeats the last emitted text state (and is not emitted) "
+        "when it has the same number of lines and each line matches its counterpart with at "
+        "least this similarity (normalized Indel ratio, case- and whitespace-insensitive).",
+    )
+    min_interval_s: float = Field(
+        0.0,
+        ge=0.0,
+        le=60.0,
+        description="Minimum time between two OCR runs of one stream for the default policy "
+        "(0 = as often as key frames come). A newer key frame arriving during the wait "
+        "replaces the waiting one.",
+    )
+    row_overlap: float = Field(
+        0.5,
+        gt=0.0,
+        le=1.0,
+        description="Two boxes are on one row when their vertical overlap is at least this "
+        "fraction of the shorter box's height (reading order).",
+    )
+    column_gap_px: float = Field(
+        2.0,
+        ge=0.5,
+        le=20.0,
+        description="Minimum empty vertical gutter, in multiples of the median text height, "
+        "that separates two columns (reading order).",
+    )
+
+
+class VisionConfig(BaseModel):
+    """The vision path: change detection feeding OCR."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    change: ChangeDetectorConfig = Field(default_factory=ChangeDetectorConfig)
+    ocr: OcrConfig = Field(default_factory=OcrConfig)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> VisionConfig:
+        if self.change.still_frac > 0.5:
+            raise ValueError(
+                f"change.still_max_frac={self.change.still_frac} would call a slide change still"
+            )
+        return self
+
+
+__all__ = ["ChangeDetectorConfig", "OcrConfig", "VisionConfig"]

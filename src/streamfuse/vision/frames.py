@@ -1,0 +1,48 @@
+"""Frames of the vision path.
+
+`KeyFrame` is a video picture the change detector selected for reading: it keeps the media time
+and `arrival_wall` of the video frame it is (latency is measured from it), the changed region
+since the previous key frame, and why it was selected. It is not a `VideoFrame`, so stages
+routed by type never confuse the 30 fps stream with the few pictures worth reading.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from streamfuse.frames import Frame
+
+BBox = tuple[int, int, int, int]
+"""(x0, y0, x1, y1) in original frame pixels, x1/y1 exclusive."""
+
+KeyReason = Literal["first", "change", "timeout", "end"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class KeyFrame(Frame):
+    """A settled picture to read. `image` is RGB uint8 (height, width, 3), not copied."""
+
+    image: np.ndarray
+    index: int = 0
+    #: Region that differs from the previous key frame (the whole frame for the first one).
+    changed_bbox: BBox = (0, 0, 0, 0)
+    #: Fraction of thumbnail cells that differ from the previous key frame, in [0, 1].
+    changed_frac: float = 1.0
+    #: Media time of the first frame that showed the change (before settling).
+    t_changed: float = 0.0
+    reason: KeyReason = "change"
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height) in pixels."""
+        return int(self.image.shape[1]), int(self.image.shape[0])
+
+    @property
+    def t_end(self) -> float:
+        return self.t_media
+
+
+__all__ = ["BBox", "KeyFrame", "KeyReason"]

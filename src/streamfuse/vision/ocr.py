@@ -1,0 +1,344 @@
+"""OCR of key frames: one `ocr` event per distinct on-screen text state.
+
+`OcrStage` consumes `KeyFrame`s (link it with `OverloadPolicy.LATEST_ONLY`: a newer key frame
+replaces a waiting one, so OCR never builds a backlog). Per frame it asks its
+`ResolutionPolicy` for a plan (detector resolution, ROI, interval), runs the `OcrEngine`
+(rapidocr + onnxruntime by default) on its worker thread, drops junk lines, sorts the rest in
+reading order and emits an `ocr` EventFrame unless the text equals the last emitted state of the
+stream (tolerating small OCR noise). Event fields: `lines` (`text`, `box` [x0, y0, x1, y1] in
+original frame pixels, `conf`), `text`, `n_lines`, `resolution` [w, h] of the detector input,
+`roi`, `ocr_ms`, `mean_conf`, `frame_index`, `t_changed`, `reason`. `t_start` = `t_end` = media
+time of the key frame (the text is observed then and holds until the next `ocr` event, which a
+live stream cannot know in advance); `latency_ms` runs from the key frame's arrival.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import numpy as np
+from opentelemetry import metrics
+from rapidfuzz import fuzz
+
+from streamfuse.errors import ModelError
+from streamfuse.frames import EventFrame, Frame, now_wall
+from streamfuse.pipeline.stage import Stage
+from streamfuse.telemetry import names
+from streamfuse.vision.config import OcrConfig, VisionConfig
+from streamfuse.vision.frames import BBox, KeyFrame
+from streamfuse.vision.layout import reading_order
+from streamfuse.vision.policy import FixedResolution, OcrObservation, OcrPlan, ResolutionPolicy
+
+log = logging.getLogger(__name__)
+
+Box = tuple[float, float, float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class OcrLine:
+    """One recognized text line. `box` is (x0, y0, x1, y1) in original frame pixels."""
+
+    text: str
+    box: Box
+    conf: float
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "box": [round(v) for v in self.box],
+            "conf": round(self.conf, 3),
+        }
+
+    def shifted(self, dx: float, dy: float) -> OcrLine:
+        x0, y0, x1, y1 = self.box
+        return OcrLine(self.text, (x0 + dx, y0 + dy, x1 + dx, y1 + dy), self.conf)
+
+
+@dataclass(frozen=True, slots=True)
+class OcrReading:
+    """An engine's raw result for one image (boxes in that image's pixels)."""
+
+    lines: tuple[OcrLine, ...]
+    #: Detector input (width, height) in pixels.
+    resolution: tuple[int, int]
+    ocr_ms: float
+
+
+class OcrEngine(ABC):
+    """A text detector + recognizer. `read` is blocking and runs on a worker thread."""
+
+    def load(self) -> None:  # noqa: B027 - optional hook
+        """Load models (called once, off the event loop)."""
+
+    @abstractmethod
+    def read(self, image: np.ndarray, det_max_side_px: int) -> OcrReading:
+        """Read an RGB uint8 image; the detector input is scaled to `det_max_side_px`."""
+
+
+class RapidOcrEngine(OcrEngine):
+    """rapidocr 3.x (PP-OCR detector + recognizer in ONNX) on onnxruntime, CPU.
+
+    The detector runs at `det_max_side_px` (`Det.limit_type=max`); the recognizer reads crops of
+    the full-resolution image (it normalizes them to 48 px high, so its cost barely depends on
+    the input resolution while small text keeps its detail).
+    """
+
+    # rapidocr shrinks any input whose long side exceeds this before detection (its default).
+    _GLOBAL_MAX_SIDE = 2000
+
+    def __init__(self, config: OcrConfig | None = None) -> None:
+        self.config = config or OcrConfig()
+        self._engine: Any = None
+
+    def params(self) -> dict[str, Any]:
+        """The rapidocr parameters this engine is built with."""
+        c = self.config
+        return {
+            "Global.use_cls": c.use_cls,
+            "Global.text_score": c.min_conf,
+            "Global.log_level": "warning",
+            "Global.max_side_len": self._GLOBAL_MAX_SIDE,
+            "Det.limit_type": "max",
+            "Det.limit_side_len": c.det_max_side_px,
+            "EngineConfig.onnxruntime.intra_op_num_threads": c.intra_op_threads,
+            "EngineConfig.onnxruntime.inter_op_num_threads": c.inter_op_threads,
+        }
+
+    def load(self) -> None:
+        if self._engine is not None:
+            return
+        logging.getLogger("RapidOCR").setLevel(logging.WARNING)
+        try:
+            from rapidocr import RapidOCR
+
+            self._engine = RapidOCR(params=self.params())
+            # Load both models now (rapidocr loads lazily) so the first slide is not slow.
+            self._engine(_warmup_image())
+        except Exception as e:
+            raise ModelError(f"cannot load the rapidocr models: {e}") from e
+        if getattr(self._engine, "text_det", None) is None:
+            raise ModelError("rapidocr did not load its text detector")
+
+    def read(self, image: np.ndarray, det_max_side_px: int) -> OcrReading:
+        if self._engine is None:
+            self.load()
+        h, w = image.shape[:2]
+        # Per-call detector resolution; the detector builds its resize op from this each call.
+        self._engine.text_det.limit_side_len = det_max_side_px
+        bgr = np.ascontiguousarray(image[..., ::-1]) if image.ndim == 3 else image
+        t0 = time.perf_counter()
+        out = self._engine(bgr)
+        ocr_ms = (time.perf_counter() - t0) * 1000.0
+        lines: list[OcrLine] = []
+        if getattr(out, "boxes", None) is not None and getattr(out, "txts", None) is not None:
+            for quad, text, score in zip(out.boxes, out.txts, out.scores, strict=False):
+                q = np.asarray(quad, dtype=np.float64).reshape(-1, 2)
+                box = (
+                    float(max(0.0, q[:, 0].min())),
+                    float(max(0.0, q[:, 1].min())),
+                    float(min(w, q[:, 0].max())),
+                    float(min(h, q[:, 1].max())),
+                )
+                lines.append(OcrLine(str(text), box, float(score)))
+        return OcrReading(tuple(lines), _det_size(w, h, det_max_side_px), ocr_ms)
+
+
+def _det_size(w: int, h: int, det_max_side: int) -> tuple[int, int]:
+    """The detector input size rapidocr uses for a (w, h) image (max-side limit, 32-px grid)."""
+    scale = min(1.0, RapidOcrEngine._GLOBAL_MAX_SIDE / max(w, h))
+    w1, h1 = int(w * scale), int(h * scale)
+    ratio = min(1.0, det_max_side / max(w1, h1))
+    return max(32, round(int(w1 * ratio) / 32) * 32), max(32, round(int(h1 * ratio) / 32) * 32)
+
+
+def _warmup_image() -> np.ndarray:
+    import cv2
+
+    img = np.full((64, 320, 3), 255, dtype=np.uint8)
+    cv2.putText(img, "warm up 123", (8, 44), cv2.FONT_HERSHEY_SIMPLEX, 1.2, (0, 0, 0), 2)
+    return img
+
+
+# -- text state ------------------------------------------------------------------------------
+
+_WS = re.compile(r"\s+")
+
+
+def normalize_text(text: str) -> str:
+    """Case-folded, whitespace collapsed: the form text states are compared in."""
+    return _WS.sub(" ", text).strip().casefold()
+
+
+def same_text_state(
+    a: Sequence[OcrLine], b: Sequence[OcrLine], *, line_similarity: float = 0.9
+) -> bool:
+    """Whether two readings show the same text, allowing small per-line OCR noise."""
+    ta = [normalize_text(x.text) for x in a]
+    tb = [normalize_text(x.text) for x in b]
+    if len(ta) == len(tb):
+        return all(fuzz.ratio(x, y) >= 100.0 * line_similarity for x, y in zip(ta, tb, strict=True))
+    # The detector may split or merge a line between readings: compare the characters.
+    return "".join(ta).replace(" ", "") == "".join(tb).replace(" ", "")
+
+
+def clean_lines(lines: Sequence[OcrLine], config: OcrConfig) -> list[OcrLine]:
+    """Drop junk: empty text, low confidence, specks, unsure one- or two-glyph lines."""
+    out = []
+    for line in lines:
+        text = _WS.sub(" ", line.text).strip()
+        if not text or line.conf < config.min_conf:
+            continue
+        n_chars = len(text) - text.count(" ")
+        if n_chars <= config.short_line_chars and line.conf < config.short_line_min_conf:
+            continue
+        if line.box[3] - line.box[1] < config.min_text_height_px:
+            continue
+        out.append(OcrLine(text, line.box, line.conf))
+    return out
+
+
+def _center_inside(box: Box, roi: BBox) -> bool:
+    cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
+    return roi[0] <= cx < roi[2] and roi[1] <= cy < roi[3]
+
+
+# -- the stage -------------------------------------------------------------------------------
+
+
+@cache
+def _resolution_histogram() -> Any:
+    return metrics.get_meter(names.METER_NAME).create_histogram(
+        names.OCR_RESOLUTION, unit="px", description="OCR detector input height"
+    )
+
+
+@dataclass
+class _StreamText:
+    lines: list[OcrLine] = field(default_factory=list)  # last emitted state
+    last_start_wall: float | None = None
+    reads: int = 0
+    emitted: int = 0
+
+
+class OcrStage(Stage):
+    """KeyFrame -> `ocr` EventFrame per distinct text state (see the module docstring)."""
+
+    input_types = (KeyFrame,)
+
+    def __init__(
+        self,
+        config: OcrConfig | VisionConfig | None = None,
+        *,
+        policy: ResolutionPolicy | None = None,
+        engine: OcrEngine | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(name, threads=1)
+        if isinstance(config, VisionConfig):
+            config = config.ocr
+        self.config = config or OcrConfig()
+        self.policy = policy or FixedResolution(
+            self.config.det_max_side_px, min_interval_s=self.config.min_interval_s
+        )
+        self.engine = engine or RapidOcrEngine(self.config)
+        self._streams: dict[str, _StreamText] = {}
+
+    async def setup(self) -> None:
+        await self.run_blocking(self.engine.load)
+
+    async def process(self, frame: Frame) -> AsyncIterator[Frame]:
+        assert isinstance(frame, KeyFrame)
+        state = self._streams.setdefault(frame.stream_id, _StreamText())
+        if self.backlog > 0:
+            return  # a newer key frame is already waiting: read that one instead
+        plan = self.policy.plan(frame)
+        if plan.min_interval_s > 0 and state.last_start_wall is not None:
+            wait_s = state.last_start_wall + plan.min_interval_s - now_wall()
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)
+                if self.backlog > 0:
+                    return
+        start = now_wall()
+        state.last_start_wall = start
+        w, h = frame.size
+        roi = _clip_roi(plan.roi, w, h)
+        full = roi == (0, 0, w, h)
+        image = frame.image if full else frame.image[roi[1] : roi[3], roi[0] : roi[2]]
+        reading = await self.run_blocking(self.engine.read, image, plan.det_max_side_px)
+        lines = clean_lines(reading.lines, self.config)
+        if not full:
+            lines = [ln.shifted(roi[0], roi[1]) for ln in lines]
+            lines += [ln for ln in state.lines if not _center_inside(ln.box, roi)]
+        lines = reading_order(
+            lines, row_overlap=self.config.row_overlap, column_gap=self.config.column_gap_px
+        )
+        state.reads += 1
+        mean_conf = float(np.mean([ln.conf for ln in lines])) if lines else None
+        self.policy.observe(
+            OcrObservation(
+                stream_id=frame.stream_id,
+                t_media=frame.t_media,
+                ocr_ms=reading.ocr_ms,
+                wait_ms=max(0.0, start - frame.arrival_wall) * 1000.0,
+                resolution=reading.resolution,
+                roi=roi,
+                n_lines=len(lines),
+                mean_conf=mean_conf,
+                backlog=self.backlog,
+            )
+        )
+        _resolution_histogram().record(reading.resolution[1], {"stage": self.name})
+        if same_text_state(lines, state.lines, line_similarity=self.config.dedup_line_similarity):
+            log.debug("t=%.3f: text unchanged, nothing emitted", frame.t_media)
+            return
+        state.lines = lines
+        state.emitted += 1
+        yield EventFrame(
+            type="ocr",
+            stream_id=frame.stream_id,
+            t_media=frame.t_media,
+            t_end=frame.t_media,
+            arrival_wall=frame.arrival_wall,
+            data={
+                "lines": [ln.to_record() for ln in lines],
+                "text": "\n".join(ln.text for ln in lines),
+                "n_lines": len(lines),
+                "resolution": list(reading.resolution),
+                "roi": list(roi),
+                "ocr_ms": round(reading.ocr_ms, 1),
+                "mean_conf": None if mean_conf is None else round(mean_conf, 3),
+                "frame_index": frame.index,
+                "t_changed": round(frame.t_changed, 3),
+                "reason": frame.reason,
+            },
+        )
+
+
+def _clip_roi(roi: BBox | None, w: int, h: int) -> BBox:
+    if roi is None:
+        return (0, 0, w, h)
+    x0, y0, x1, y1 = (int(v) for v in roi)
+    x0, y0 = max(0, min(x0, w - 1)), max(0, min(y0, h - 1))
+    x1, y1 = max(x0 + 1, min(x1, w)), max(y0 + 1, min(y1, h))
+    return (x0, y0, x1, y1)
+
+
+__all__ = [
+    "OcrEngine",
+    "OcrLine",
+    "OcrPlan",
+    "OcrReading",
+    "OcrStage",
+    "RapidOcrEngine",
+    "clean_lines",
+    "normalize_text",
+    "same_text_state",
+]

@@ -1,0 +1,90 @@
+"""How much to look at: the OCR stage asks a `ResolutionPolicy` before every read.
+
+Per key frame the policy returns an `OcrPlan` (detector resolution, region of interest, minimum
+interval since the previous read); after the read the stage reports an `OcrObservation`
+(latency, confidence, what ran) through `observe`, so feedback controllers (dynamic resolution
+ladders, ROI focus, QoS rules) plug in without touching the stage. `FixedResolution` is the
+default: the same plan for every frame, feedback ignored.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from streamfuse.errors import ConfigError
+from streamfuse.vision.frames import BBox, KeyFrame
+
+
+@dataclass(frozen=True, slots=True)
+class OcrPlan:
+    """What one OCR read should do.
+
+    `det_max_side_px`: longest side of the text detector input (the image is scaled down to it,
+    never up; the detector rounds each side to a multiple of 32). `roi`: (x0, y0, x1, y1) in
+    original pixels to read, None for the whole frame; lines outside a partial ROI are carried
+    over from the previous reading. `min_interval_s`: do not start a read sooner than this after
+    the previous one started.
+    """
+
+    det_max_side_px: int = 960
+    roi: BBox | None = None
+    min_interval_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.det_max_side_px < 32:
+            raise ConfigError(f"det_max_side_px must be >= 32, got {self.det_max_side_px}")
+        if self.min_interval_s < 0:
+            raise ConfigError(f"min_interval_s must be >= 0, got {self.min_interval_s}")
+        if self.roi is not None:
+            x0, y0, x1, y1 = self.roi
+            if x1 <= x0 or y1 <= y0:
+                raise ConfigError(f"roi must be (x0, y0, x1, y1) with x1>x0, y1>y0; got {self.roi}")
+
+
+@dataclass(frozen=True, slots=True)
+class OcrObservation:
+    """What one read cost and found, reported to the policy after every OCR run."""
+
+    stream_id: str
+    t_media: float
+    #: Wall time of the OCR call itself (detector + recognizer), ms.
+    ocr_ms: float
+    #: Key frame arrival to the start of the OCR call (queueing, interval wait), ms.
+    wait_ms: float
+    #: Detector input (width, height) in pixels.
+    resolution: tuple[int, int]
+    #: Region that was read, original pixels.
+    roi: BBox
+    n_lines: int
+    #: Mean confidence of the kept lines; None when no text was found.
+    mean_conf: float | None
+    #: Key frames waiting at the OCR input when the read finished.
+    backlog: int
+
+
+class ResolutionPolicy(ABC):
+    """Chooses the OCR plan per key frame; sees feedback after each read."""
+
+    @abstractmethod
+    def plan(self, key: KeyFrame) -> OcrPlan:
+        """The plan for reading `key`. Called on the event loop: keep it cheap."""
+
+    def observe(self, obs: OcrObservation) -> None:  # noqa: B027 - optional hook
+        """Feedback after a read. Default: ignored."""
+
+
+class FixedResolution(ResolutionPolicy):
+    """The same detector resolution and interval for every frame, whole frame as ROI."""
+
+    def __init__(self, max_side: int = 960, *, min_interval_s: float = 0.0) -> None:
+        self._plan = OcrPlan(det_max_side_px=max_side, min_interval_s=min_interval_s)
+
+    def plan(self, key: KeyFrame) -> OcrPlan:
+        return self._plan
+
+    def __repr__(self) -> str:
+        return f"FixedResolution(max_side={self._plan.det_max_side_px})"
+
+
+__all__ = ["FixedResolution", "OcrObservation", "OcrPlan", "ResolutionPolicy"]
