@@ -135,7 +135,8 @@ class OcrConfig(BaseModel):
         le=1.0,
         description="A new reading repeats the last emitted text state (and is not emitted) "
         "when it has the same number of lines and each line matches its counterpart with at "
-        "least this similarity (normalized Indel ratio, case- and whitespace-insensitive).",
+        "least this similarity (normalized Indel ratio, case- and whitespace-insensitive) "
+        "and the same digits.",
     )
     min_interval_s: float = Field(
         0.0,

@@ -170,6 +170,7 @@ def _warmup_image() -> np.ndarray:
 # -- text state ------------------------------------------------------------------------------
 
 _WS = re.compile(r"\s+")
+_DIGITS = re.compile(r"[^0-9]")
 
 
 def normalize_text(text: str) -> str:
@@ -180,11 +181,18 @@ def normalize_text(text: str) -> str:
 def same_text_state(
     a: Sequence[OcrLine], b: Sequence[OcrLine], *, line_similarity: float = 0.9
 ) -> bool:
-    """Whether two readings show the same text, allowing small per-line OCR noise."""
+    """Whether two readings show the same text, allowing small per-line OCR noise.
+
+    Lines are compared pairwise in reading order; letters may differ a little (similarity at
+    least `line_similarity`), numbers must match exactly (a changed figure is news).
+    """
     ta = [normalize_text(x.text) for x in a]
     tb = [normalize_text(x.text) for x in b]
     if len(ta) == len(tb):
-        return all(fuzz.ratio(x, y) >= 100.0 * line_similarity for x, y in zip(ta, tb, strict=True))
+        return all(
+            fuzz.ratio(x, y) >= 100.0 * line_similarity and _DIGITS.sub("", x) == _DIGITS.sub("", y)
+            for x, y in zip(ta, tb, strict=True)
+        )
     # The detector may split or merge a line between readings: compare the characters.
     return "".join(ta).replace(" ", "") == "".join(tb).replace(" ", "")
 
