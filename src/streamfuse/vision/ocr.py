@@ -265,15 +265,13 @@ class OcrStage(Stage):
     async def process(self, frame: Frame) -> AsyncIterator[Frame]:
         assert isinstance(frame, KeyFrame)
         state = self._streams.setdefault(frame.stream_id, _StreamText())
-        if self.backlog > 0:
-            return  # a newer key frame is already waiting: read that one instead
         plan = self.policy.plan(frame)
         if plan.min_interval_s > 0 and state.last_start_wall is not None:
             wait_s = state.last_start_wall + plan.min_interval_s - now_wall()
             if wait_s > 0:
                 await asyncio.sleep(wait_s)
                 if self.backlog > 0:
-                    return
+                    return  # rate-limited: a newer key frame arrived meanwhile, read that one
         start = now_wall()
         state.last_start_wall = start
         w, h = frame.size
