@@ -1,0 +1,361 @@
+"""Streaming ASR stage: 20 ms audio windows in; `asr_partial` and committed `asr` events out.
+
+Silero VAD gates the work: silence is never transcribed. During speech the buffer (from the
+last trim point) is re-transcribed every `update_interval_s` of new audio and words are committed
+by LocalAgreement-2; when the VAD sees `min_silence_s` of silence, the whole hypothesis is
+committed at once and the buffer restarts. Long speech is trimmed at committed sentence ends.
+
+Latency contract: a committed `asr` event's `arrival_wall` is the arrival time of the audio
+window holding the end of its last word, so `latency_ms` = commit time - when that audio arrived.
+`t_start`/`t_end` are the first/last word times; `words` carry `word`, `t_start`, `t_end`, `p`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from functools import cache
+from typing import Any
+
+import numpy as np
+from opentelemetry import metrics
+
+from streamfuse.audio.config import AsrConfig
+from streamfuse.audio.policy import LocalAgreement, Word, join_words
+from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
+from streamfuse.audio.vad import GateEvent, SileroVad, SpeechGate, VadChunk
+from streamfuse.errors import StageError
+from streamfuse.frames import AudioFrame, EventFrame, Frame, now_wall
+from streamfuse.pipeline.stage import Stage
+from streamfuse.telemetry import names
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 16_000
+_MAX_GAP_FILL_S = 5.0
+_TAIL_S = 1.5
+
+
+@cache
+def _commit_latency() -> Any:
+    return metrics.get_meter(names.METER_NAME).create_histogram(
+        names.ASR_COMMIT_LATENCY, unit="s", description="Arrival of a word's end to its commit"
+    )
+
+
+class AsrStage(Stage):
+    """VAD + streaming Whisper with a LocalAgreement-2 commit policy."""
+
+    input_types = (AudioFrame,)
+
+    def __init__(
+        self,
+        config: AsrConfig | None = None,
+        *,
+        transcriber: Transcriber | None = None,
+        vad: SileroVad | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(name or "asr", threads=1)
+        self.config = config or AsrConfig()
+        self._transcriber = transcriber
+        self._vad = vad
+        cfg = self.config
+        self._gate = SpeechGate(cfg.vad_start_threshold, cfg.vad_end_threshold, cfg.min_silence_s)
+        self._policy = LocalAgreement()
+        self._stream_id = "main"
+        # Audio buffer: samples from media time `_buf_t0`.
+        self._chunks: list[np.ndarray] = []
+        self._n = 0
+        self._buf_t0: float | None = None
+        # Arrival wall time of each received window, keyed by the window's end (media time).
+        self._arr_t: list[float] = []
+        self._arr_wall: list[float] = []
+        self._vad_probs: deque[VadChunk] = deque(maxlen=1500)  # ~48 s of 32 ms chunks
+        self._speech_start: float | None = None  # speech seen since the last utterance end
+        self._last_update_end = float("-inf")  # buffer end at the last inference
+        self._hyp_end = float("-inf")  # buffer end the pending hypothesis was computed on
+        self._history: deque[Word] = deque(maxlen=200)  # committed words (prompt, trims)
+        self._last_partial = ""
+        #: Work counters (benchmarks, stats): inferences run, seconds spent, audio received.
+        self.inferences = 0
+        self.inference_s = 0.0
+        self.audio_s = 0.0
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def setup(self) -> None:
+        if self._transcriber is None:
+            self._transcriber = WhisperTranscriber(self.config)
+        if self._vad is None:
+            self._vad = await self.run_blocking(SileroVad)
+        await self.run_blocking(self._transcriber.load)
+
+    async def process(self, frame: Frame) -> AsyncIterator[Frame]:
+        assert isinstance(frame, AudioFrame)
+        if frame.sample_rate != SAMPLE_RATE:
+            raise StageError(
+                f"audio at {frame.sample_rate} Hz: the ASR stage expects {SAMPLE_RATE} Hz mono"
+            )
+        assert self._vad is not None, "setup() not run"
+        samples = self._append(frame)
+        chunks = await self.run_blocking(self._vad.push, samples)
+        for chunk in chunks:
+            self._vad_probs.append(chunk)
+            change = self._gate.update(chunk)
+            if change is None:
+                continue
+            if change.event is GateEvent.SPEECH_START:
+                if self._speech_start is None:
+                    self._speech_start = change.t
+                    self._last_update_end = change.t
+            else:
+                async for out in self._finalize(change.t):
+                    yield out
+        if self._speech_start is None:
+            self._keep_tail(self.config.speech_pad_s + 0.1)  # silence: no inference
+            return
+        if self.backlog > 0:
+            return  # behind: coalesce the queued audio into the next inference
+        cfg = self.config
+        # While a pause is starting, wait for the pause update instead: a regular update
+        # running then would delay the one the utterance-end commit reuses.
+        due = (
+            self._buf_end - self._last_update_end >= cfg.update_interval_s
+            and self._gate.silence_since is None
+        )
+        pause = (
+            self._gate.silence_s >= cfg.pause_update_s
+            and self._gate.silence_since is not None
+            and self._last_update_end < self._gate.silence_since + cfg.pause_update_s
+        )
+        if due or pause:
+            async for out in self._update():
+                yield out
+
+    async def flush(self) -> AsyncIterator[Frame]:
+        """End of stream: commit everything left in the buffer."""
+        if self._buf_t0 is None:
+            return
+        if self._speech_start is not None and self._n > 0:
+            words = await self._transcribe(self._buf_end)
+            committed = self._policy.commit_all(words)
+        else:
+            committed = self._policy.commit_all()
+        if committed:
+            yield self._asr_event(committed)
+        partial = self._partial_event([])
+        if partial is not None:
+            yield partial
+        self._speech_start = None
+
+    # -- the policy -----------------------------------------------------------------------
+    async def _update(self) -> AsyncIterator[Frame]:
+        end = self._buf_end
+        words = await self._transcribe(end)
+        self._last_update_end = self._hyp_end = end
+        committed = self._policy.insert(words)
+        if committed:
+            yield self._asr_event(committed)
+        partial = self._partial_event(self._policy.pending)
+        if partial is not None:
+            yield partial
+        async for out in self._maybe_trim():
+            yield out
+
+    async def _finalize(self, speech_end: float) -> AsyncIterator[Frame]:
+        """An utterance ended (VAD silence): commit its whole hypothesis, restart the buffer."""
+        cfg = self.config
+        cut = min(self._buf_end, speech_end + cfg.speech_pad_s)
+        if self._hyp_end >= speech_end + cfg.pause_update_s - 0.05:
+            # The last hypothesis already saw the speech end and a pause after it: commit it
+            # as is instead of paying for one more inference.
+            committed = self._policy.commit_all()
+        else:
+            committed = self._policy.commit_all(await self._transcribe(cut))
+        if committed:
+            yield self._asr_event(committed)
+        partial = self._partial_event([])
+        if partial is not None:
+            yield partial
+        self._cut(cut)
+        self._policy.reset_context()
+        self._speech_start = None
+        self._hyp_end = float("-inf")
+
+    async def _maybe_trim(self) -> AsyncIterator[Frame]:
+        """Keep the buffer short: cut at a committed sentence end, or force a cut at the limit."""
+        assert self._buf_t0 is not None
+        cfg = self.config
+        length = self._buf_end - self._buf_t0
+        if length < cfg.trim_after_s:
+            return
+        ends = [w.t_end for w in self._history if w.ends_sentence and w.t_end > self._buf_t0]
+        if ends:
+            self._cut(ends[-1])
+            return
+        if length < cfg.max_buffer_s:
+            return
+        committed = self._policy.commit_until(self._buf_end - 2.0)
+        if committed:
+            yield self._asr_event(committed)
+        t = self._policy.committed_end
+        if t <= self._buf_t0:
+            t = self._buf_end - cfg.trim_after_s / 2
+        self._cut(min(t, self._buf_end - 1.0))
+
+    async def _transcribe(self, until: float) -> list[Word]:
+        """Recognise the buffer up to media time `until`; words in media time, guarded."""
+        assert self._transcriber is not None and self._buf_t0 is not None
+        t0 = self._buf_t0
+        n = min(self._n, max(0, round((until - t0) * SAMPLE_RATE)))
+        if n < SAMPLE_RATE // 10:
+            return []
+        audio = self._audio()[:n]
+        prompt = self._prompt()
+        started = time.perf_counter()
+        raw = await self.run_blocking(self._transcriber.transcribe, audio, prompt)
+        self.inference_s += time.perf_counter() - started
+        self.inferences += 1
+        log.debug(
+            "transcribed %.2f-%.2f s in %.2f s: %s",
+            t0,
+            t0 + n / SAMPLE_RATE,
+            time.perf_counter() - started,
+            join_words(raw),
+        )
+        end = t0 + n / SAMPLE_RATE
+        raw = _drop_trailing_hallucination(raw, n / SAMPLE_RATE, self.config.trailing_word_min_p)
+        words = []
+        for w in raw:
+            w = Word(w.word, w.t_start + t0, min(w.t_end + t0, end), w.p)
+            if w.p < self.config.silence_word_max_p and self._in_silence(w):
+                log.debug("dropped %r (p=%.2f) in silence at %.2f s", w.word, w.p, w.t_start)
+                continue
+            words.append(w)
+        return words
+
+    # -- events ---------------------------------------------------------------------------
+    def _asr_event(self, words: Sequence[Word]) -> EventFrame:
+        self._history.extend(words)
+        arrival = self._arrival_of(words[-1].t_end)
+        _commit_latency().record(max(0.0, now_wall() - arrival), {"stage": self.name})
+        return EventFrame(
+            type="asr",
+            stream_id=self._stream_id,
+            t_media=words[0].t_start,
+            t_end=words[-1].t_end,
+            arrival_wall=arrival,
+            data={"text": join_words(words), "words": [w.as_record() for w in words]},
+        )
+
+    def _partial_event(self, words: Sequence[Word]) -> EventFrame | None:
+        text = join_words(words)
+        if not self.config.emit_partials or text == self._last_partial:
+            return None
+        self._last_partial = text
+        t = words[0].t_start if words else self._buf_end
+        return EventFrame(
+            type="asr_partial",
+            stream_id=self._stream_id,
+            t_media=t,
+            t_end=words[-1].t_end if words else t,
+            arrival_wall=self._arrival_of(self._buf_end),
+            data={"text": text},
+        )
+
+    @property
+    def last_arrival_wall(self) -> float:
+        """Arrival wall time of the newest audio window received (nan before any)."""
+        return self._arr_wall[-1] if self._arr_wall else float("nan")
+
+    # -- buffers --------------------------------------------------------------------------
+    @property
+    def _buf_end(self) -> float:
+        return (self._buf_t0 or 0.0) + self._n / SAMPLE_RATE
+
+    def _append(self, frame: AudioFrame) -> np.ndarray:
+        """Add a window to the buffer (filling a gap with silence); return what VAD must see."""
+        samples = np.asarray(frame.samples, dtype=np.float32).reshape(-1)
+        if self._buf_t0 is None:
+            self._buf_t0 = frame.t_media
+            self._stream_id = frame.stream_id
+            assert self._vad is not None
+            self._vad.reset(frame.t_media)
+        else:
+            gap = frame.t_media - self._buf_end
+            if gap > 0.01:
+                fill = np.zeros(round(min(gap, _MAX_GAP_FILL_S) * SAMPLE_RATE), np.float32)
+                samples = np.concatenate([fill, samples])
+        self._chunks.append(samples)
+        self._n += len(samples)
+        self.audio_s += len(samples) / SAMPLE_RATE
+        self._arr_t.append(self._buf_end)
+        self._arr_wall.append(frame.arrival_wall)
+        if len(self._arr_t) > 6000:  # 2 min of windows: drop the older half
+            del self._arr_t[:3000], self._arr_wall[:3000]
+        return samples
+
+    def _audio(self) -> np.ndarray:
+        if len(self._chunks) > 1:
+            self._chunks = [np.concatenate(self._chunks)]
+        return self._chunks[0] if self._chunks else np.zeros(0, np.float32)
+
+    def _cut(self, t: float) -> None:
+        """Drop buffered audio before media time `t`."""
+        assert self._buf_t0 is not None
+        k = min(self._n, max(0, round((t - self._buf_t0) * SAMPLE_RATE)))
+        if k == 0:
+            return
+        audio = self._audio()[k:]
+        self._chunks = [audio] if len(audio) else []
+        self._n = len(audio)
+        self._buf_t0 += k / SAMPLE_RATE
+
+    def _keep_tail(self, seconds: float) -> None:
+        if self._n > 2 * seconds * SAMPLE_RATE:
+            self._cut(self._buf_end - seconds)
+
+    def _arrival_of(self, t: float) -> float:
+        """Arrival wall time of the window that holds media time `t`."""
+        if not self._arr_t:
+            return now_wall()
+        i = bisect.bisect_left(self._arr_t, t - 1e-6)
+        return self._arr_wall[min(i, len(self._arr_wall) - 1)]
+
+    def _in_silence(self, w: Word) -> bool:
+        probs = [c.prob for c in self._vad_probs if c.t_end > w.t_start and c.t_start < w.t_end]
+        return bool(probs) and max(probs) < self.config.vad_end_threshold
+
+    def _prompt(self) -> str:
+        """Committed text that precedes the buffer (text inside it would be skipped)."""
+        limit = self.config.prompt_chars
+        if limit == 0 or self._buf_t0 is None:
+            return ""
+        before = [w for w in self._history if w.t_end <= self._buf_t0 + 1e-3]
+        text = join_words(before)
+        if len(text) > limit:
+            text = text[-limit:].split(" ", 1)[-1]  # start at a word boundary
+        return text
+
+
+def _drop_trailing_hallucination(words: list[Word], audio_s: float, min_p: float) -> list[Word]:
+    """Cut Whisper's classic tail hallucination ("... behind. Save.", "Thank you very much.").
+
+    Only near the end of the buffer: a word that follows a sentence end with a probability
+    below `min_p`, and everything after it, when all of it lies in the last 1.5 s. Real words
+    cut this way come back in the next hypothesis, once they are no longer at the tail.
+    """
+    for i in range(1, len(words)):
+        if (
+            words[i - 1].ends_sentence
+            and words[i].p < min_p
+            and words[i].t_start >= audio_s - _TAIL_S
+        ):
+            return words[:i]
+    return words
+
+
+__all__ = ["AsrConfig", "AsrStage"]

@@ -1,0 +1,130 @@
+"""The model boundary of streaming ASR: audio buffer in, timed words out.
+
+`Transcriber.transcribe(audio, prompt)` returns `Word`s with times relative to the start of
+`audio`, already cleaned of segments Whisper itself marks as no-speech. `WhisperTranscriber` runs
+faster-whisper (CTranslate2, int8 on CPU) greedily with word timestamps; with `short_context` it
+encodes only the buffered audio instead of a zero-padded 30 s window. Blocking: call it from the
+stage's worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from streamfuse.audio.config import AsrConfig
+from streamfuse.audio.models import resolve_whisper_model
+from streamfuse.audio.policy import Word
+from streamfuse.errors import ModelError
+
+log = logging.getLogger(__name__)
+
+SAMPLE_RATE = 16_000
+_FRAMES_PER_S = 100  # Whisper log-mel frames per second
+_FULL_FRAMES = 3000
+_MAX_TOKENS_PER_S = 8
+
+
+class Transcriber(ABC):
+    """Turns a mono 16 kHz buffer into timed words (times relative to the buffer start)."""
+
+    def load(self) -> None:
+        """Load the model (blocking; called once from the stage's worker thread)."""
+
+    @abstractmethod
+    def transcribe(self, audio: np.ndarray, prompt: str = "") -> list[Word]:
+        """Recognise `audio`; `prompt` is earlier committed text, for context."""
+
+
+def _make_whisper(path: Path, config: AsrConfig) -> Any:
+    from faster_whisper import WhisperModel
+
+    class _Whisper(WhisperModel):
+        """WhisperModel whose encoder sees only `frames` mel frames when that is set."""
+
+        frames: int | None = None
+
+        def encode(self, features: np.ndarray) -> Any:
+            if self.frames is not None and features.shape[-1] > self.frames:
+                features = np.ascontiguousarray(features[..., : self.frames])
+            return super().encode(features)
+
+    return _Whisper(
+        str(path), device="cpu", compute_type=config.compute_type, cpu_threads=config.cpu_threads
+    )
+
+
+class WhisperTranscriber(Transcriber):
+    def __init__(self, config: AsrConfig) -> None:
+        self.config = config
+        self.path = resolve_whisper_model(config.model)
+        self._model: Any = None
+        self.calls = 0
+        self.audio_s = 0.0
+
+    def load(self) -> None:
+        if self._model is not None:
+            return
+        try:
+            self._model = _make_whisper(self.path, self.config)
+        except Exception as e:  # CTranslate2 raises RuntimeError/ValueError with a bare message
+            raise ModelError(f"cannot load Whisper model from {self.path}: {e}") from e
+        self._english_only = not bool(self._model.model.is_multilingual)
+
+    def context_frames(self, n_samples: int) -> int | None:
+        """Mel frames the encoder sees for a buffer of `n_samples` (None: the full 30 s)."""
+        if not self.config.short_context:
+            return None
+        seconds = n_samples / SAMPLE_RATE + self.config.context_pad_s
+        frames = int(math.ceil(seconds)) * _FRAMES_PER_S  # whole seconds: few distinct shapes
+        return frames if frames < _FULL_FRAMES else None
+
+    def transcribe(self, audio: np.ndarray, prompt: str = "") -> list[Word]:
+        self.load()
+        model = self._model
+        model.frames = self.context_frames(len(audio))
+        cfg = self.config
+        language = "en" if self._english_only else cfg.language
+        segments, _ = model.transcribe(
+            np.ascontiguousarray(audio, dtype=np.float32),
+            language=language,
+            beam_size=cfg.beam_size,
+            best_of=1,
+            temperature=0.0,
+            condition_on_previous_text=False,
+            initial_prompt=prompt or None,
+            word_timestamps=True,
+            without_timestamps=False,
+            vad_filter=False,
+            # Fallback thresholds only matter with temperature fallback, which streaming skips.
+            compression_ratio_threshold=None,
+            log_prob_threshold=None,
+            no_speech_threshold=None,
+            # Speech rarely exceeds ~5 tokens/s: the bound stops a degenerate repetition loop
+            # early instead of decoding hundreds of tokens of it.
+            max_new_tokens=int(_MAX_TOKENS_PER_S * len(audio) / SAMPLE_RATE) + 16,
+        )
+        words: list[Word] = []
+        for seg in segments:
+            if seg.no_speech_prob > cfg.no_speech_threshold and seg.avg_logprob < (
+                cfg.logprob_threshold
+            ):
+                log.debug("dropped no-speech segment %r", seg.text)
+                continue
+            if seg.compression_ratio > cfg.compression_ratio_threshold:
+                log.debug("dropped repetitive segment %r", seg.text)
+                continue
+            for w in seg.words or []:
+                if Word(w.word, 0.0, 0.0).key:  # not punctuation alone
+                    words.append(Word(w.word, float(w.start), float(w.end), float(w.probability)))
+        self.calls += 1
+        self.audio_s += len(audio) / SAMPLE_RATE
+        return words
+
+
+__all__ = ["Transcriber", "WhisperTranscriber"]

@@ -1,0 +1,141 @@
+"""AsrStage with real Silero VAD and a scripted transcriber (the model boundary is faked).
+
+The fake "recognises" the truth words of the short test clip that lie inside the buffer it is
+given (locating the buffer in the clip by its samples), with timestamp jitter and a garbled
+last word when the buffer cuts a word, so the stage's policy, trims and latency bookkeeping run
+on real audio timing without a model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamfuse.audio import AsrConfig, AsrStage, Transcriber, Word
+from streamfuse.frames import AudioFrame, EventFrame
+
+pytestmark = pytest.mark.unit
+
+ASSETS = Path(__file__).resolve().parents[2] / "assets" / "test"
+SR = 16_000
+
+
+def _truth_words() -> list[tuple[str, float, float]]:
+    truth = json.loads((ASSETS / "short.truth.json").read_text())
+    out = []
+    for u in truth["asr"]:
+        words = u["text"].split()
+        step = (u["t_end"] - u["t_start"]) / len(words)
+        out += [
+            (w, u["t_start"] + i * step, u["t_start"] + (i + 1) * step) for i, w in enumerate(words)
+        ]
+    return out
+
+
+class ScriptedTranscriber(Transcriber):
+    def __init__(self, audio: np.ndarray, script: list[tuple[str, float, float]]) -> None:
+        self.audio = audio
+        self.script = script
+        self.calls = 0
+        self.prompts: list[str] = []
+
+    def _offset(self, buf: np.ndarray) -> float:
+        k = min(64, len(buf))
+        for i in np.flatnonzero(self.audio == buf[0]):
+            if np.array_equal(self.audio[i : i + k], buf[:k]):
+                return float(i) / SR
+        raise AssertionError("buffer not found in the clip")
+
+    def transcribe(self, audio: np.ndarray, prompt: str = "") -> list[Word]:
+        self.calls += 1
+        self.prompts.append(prompt)
+        t0 = self._offset(audio)
+        t1 = t0 + len(audio) / SR
+        jitter = 0.03 if self.calls % 2 else -0.03
+        out = []
+        for w, a, b in self.script:
+            if b <= t1 and a >= t0 - 0.05:
+                out.append(Word(" " + w, max(0.0, a - t0 + jitter), b - t0 + jitter, 0.9))
+            elif a < t1 < b and a >= t0:
+                out.append(Word(" " + w[: max(1, len(w) // 2)] + "-", a - t0, t1 - t0, 0.3))
+        return out
+
+
+@pytest.fixture(scope="module")
+def clip() -> np.ndarray:
+    from faster_whisper import decode_audio
+
+    return np.asarray(decode_audio(str(ASSETS / "short.mp4"), sampling_rate=SR), np.float32)
+
+
+async def _run(stage: AsrStage, clip: np.ndarray) -> tuple[list[EventFrame], dict[int, float]]:
+    await stage.setup()
+    events: list[EventFrame] = []
+    arrivals = {}
+    for i in range(0, len(clip) - 320 + 1, 320):
+        frame = AudioFrame(
+            t_media=i / SR, samples=clip[i : i + 320], arrival_wall=1000.0 + i / SR, index=i
+        )
+        arrivals[i // 320] = frame.arrival_wall
+        async for out in stage.process(frame):
+            assert isinstance(out, EventFrame)
+            events.append(out)
+    async for out in stage.flush():
+        assert isinstance(out, EventFrame)
+        events.append(out)
+    stage._shutdown_executor()
+    return events, arrivals
+
+
+@pytest.mark.parametrize("max_buffer", [15.0, 3.0])
+def test_every_word_committed_once_in_order(clip: np.ndarray, max_buffer: float) -> None:
+    script = _truth_words()
+    fake = ScriptedTranscriber(clip, script)
+    config = AsrConfig(
+        update_interval_s=0.5, max_buffer_s=max_buffer, trim_after_s=min(8.0, max_buffer)
+    )
+    stage = AsrStage(config, transcriber=fake)
+    events, _ = asyncio.run(_run(stage, clip))
+    asr = [e for e in events if e.type == "asr"]
+    words = [w["word"] for e in asr for w in e.data["words"]]
+    assert words == [w for w, _, _ in script]
+    assert not any(w.endswith("-") for w in words)  # cut words are never committed
+    starts = [w["t_start"] for e in asr for w in e.data["words"]]
+    assert starts == sorted(starts)
+    # Silence is skipped: far fewer model calls than 0.5 s updates over the whole clip.
+    assert fake.calls < len(clip) / SR / 0.5
+    assert any(e.type == "asr_partial" and e.data["text"] for e in events)
+    # Later utterances are prompted with the committed text before the buffer.
+    assert any("short test" in p for p in fake.prompts)
+
+
+def test_event_times_and_arrival_follow_the_last_word(clip: np.ndarray) -> None:
+    stage = AsrStage(AsrConfig(), transcriber=ScriptedTranscriber(clip, _truth_words()))
+    events, _ = asyncio.run(_run(stage, clip))
+    for e in (e for e in events if e.type == "asr"):
+        words = e.data["words"]
+        assert e.t_media == pytest.approx(words[0]["t_start"], abs=1e-3)
+        assert e.t_end == pytest.approx(words[-1]["t_end"], abs=1e-3)
+        # Arrival = the 20 ms window holding the last word's end (synthetic wall = 1000 + t).
+        window_end = e.arrival_wall - 1000.0 + 0.02
+        assert window_end - 0.02 - 1e-6 <= words[-1]["t_end"] <= window_end + 1e-3
+        assert e.data["text"] == " ".join(w["word"] for w in words)
+
+
+def test_silence_only_never_calls_the_model() -> None:
+    silence = np.zeros(5 * SR, np.float32)
+    fake = ScriptedTranscriber(silence, [])
+    events, _ = asyncio.run(_run(AsrStage(AsrConfig(), transcriber=fake), silence))
+    assert fake.calls == 0
+    assert events == []
+
+
+def test_config_bounds_are_checked() -> None:
+    with pytest.raises(ValueError, match="vad_end_threshold"):
+        AsrConfig(vad_start_threshold=0.3, vad_end_threshold=0.5)
+    with pytest.raises(ValueError, match="max_buffer_s"):
+        AsrConfig(max_buffer_s=40)
