@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
-from streamfuse.audio.stage import AsrConfig, AsrStage
+from streamfuse.audio import AsrConfig, AsrStage
 from streamfuse.errors import SourceError
 from streamfuse.frames import ErrorFrame
 from streamfuse.pipeline import OverloadPolicy, Pipeline, Stage
@@ -99,16 +99,18 @@ async def build_pipeline(
         sources.append(source)
         branch_ends: list[Stage] = []
         if config.ocr and source.has_video:
-            change = ChangeDetector(config.vision, name=f"change[{stream_id}]")
-            ocr = OcrStage(config.vision, name=f"ocr[{stream_id}]")
+            change = ChangeDetector(config.vision, name=f"change:{stream_id}")
+            ocr = OcrStage(config.vision, name=f"ocr:{stream_id}")
             pipeline.link(source, change, maxsize=config.video_queue)
-            # OCR only ever needs the newest settled picture: it never builds a backlog.
-            pipeline.link(change, ocr, policy=OverloadPolicy.LATEST_ONLY)
+            # Live, OCR only ever needs the newest settled picture, so it never builds a
+            # backlog; offline (as fast as possible) nothing is skipped.
+            policy = OverloadPolicy.LATEST_ONLY if config.realtime else OverloadPolicy.BLOCK
+            pipeline.link(change, ocr, policy=policy)
             branch_ends.append(ocr)
         elif config.ocr:
             warnings.append(_note(stream_id, location, "no video stream: OCR skipped"))
         if config.asr and source.has_audio:
-            asr = AsrStage(config.asr_config, name=f"asr[{stream_id}]")
+            asr = AsrStage(config.asr_config, name=f"asr:{stream_id}")
             pipeline.link(source, asr, maxsize=config.audio_queue)
             branch_ends.append(asr)
         elif config.asr:

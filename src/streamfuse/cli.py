@@ -141,14 +141,13 @@ def _run_main(
     ]
     for r in records:
         if r["type"] == "error" and r.get("stage") == "input":
-            err.print(f"[yellow]note:[/yellow] {r['message']}", highlight=False)
+            err.print(f"[yellow]note:[/yellow] {r['message']}", highlight=False, soft_wrap=True)
     if broken:
-        err.print(
-            f"[red]error:[/red] {broken[0]['message']} (partial results kept)", highlight=False
-        )
+        message = f"{broken[0]['message']} (partial results kept)"
+        err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
         return 1
     if out_path:
-        err.print(f"events written to {out_path}", highlight=False)
+        err.print(f"events written to {out_path}", highlight=False, soft_wrap=True)
     return 0
 
 

@@ -72,7 +72,8 @@ def test_run_short_clip_produces_timeline(tmp_path: Path) -> None:
             lambda d: (d / "notes.mp4").write_text("hello\n" * 99) and d / "notes.mp4",
             "not a readable",
         ),
-        (lambda d: truncate(SHORT, d / "cut.mp4", 0.5), "cut.mp4"),
+        # Index at the end (as a recorder writes it) and the end cut off: nothing can be read.
+        (lambda d: truncate(remux(SHORT, d / "plain.mp4"), d / "cut.mp4", 0.5), "cut.mp4"),
         (lambda d: "http://127.0.0.1:9/live.mp4", "cannot reach"),
     ],
     ids=["missing", "not-media", "truncated", "unreachable-url"],
