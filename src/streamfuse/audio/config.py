@@ -56,6 +56,13 @@ class AsrConfig(BaseModel):
     speech_pad_s: float = Field(
         0.2, ge=0.0, le=1.0, description="Audio kept before speech start and after speech end."
     )
+    context_s: float = Field(
+        8.0,
+        ge=0.0,
+        le=20.0,
+        description="Recognised utterances kept in the buffer as audio context for the next "
+        "one (cut at utterance ends; 0 restarts the buffer at each utterance end).",
+    )
     trim_after_s: float = Field(
         8.0, ge=1.0, le=25.0, description="Trim the buffer at a committed sentence end past this."
     )

@@ -78,6 +78,7 @@ class AsrStage(Stage):
         self._speech_start: float | None = None  # speech seen since the last utterance end
         self._last_update_end = float("-inf")  # buffer end at the last inference
         self._hyp_end = float("-inf")  # buffer end the pending hypothesis was computed on
+        self._utterance_ends: list[float] = []  # cut points (silences) inside the buffer
         self._history: deque[Word] = deque(maxlen=200)  # committed words (prompt, trims)
         self._last_partial = ""
         #: Work counters (benchmarks, stats): inferences run, seconds spent, audio received.
@@ -115,7 +116,7 @@ class AsrStage(Stage):
                 async for out in self._finalize(change.t):
                     yield out
         if self._speech_start is None:
-            self._keep_tail(self.config.speech_pad_s + 0.1)  # silence: no inference
+            self._keep_context()  # silence: no inference
             return
         if self.backlog > 0:
             return  # behind: coalesce the queued audio into the next inference
@@ -180,8 +181,10 @@ class AsrStage(Stage):
         partial = self._partial_event([])
         if partial is not None:
             yield partial
-        self._cut(cut)
-        self._policy.reset_context()
+        self._utterance_ends.append(cut)
+        self._keep_context()
+        if self.config.context_s == 0:
+            self._policy.reset_context()
         self._speech_start = None
         self._hyp_end = float("-inf")
 
@@ -314,9 +317,20 @@ class AsrStage(Stage):
         self._n = len(audio)
         self._buf_t0 += k / SAMPLE_RATE
 
-    def _keep_tail(self, seconds: float) -> None:
-        if self._n > 2 * seconds * SAMPLE_RATE:
-            self._cut(self._buf_end - seconds)
+    def _keep_context(self) -> None:
+        """Between utterances: keep the newest whole utterances within `context_s` (Whisper
+        recognises better with the sentences before), cut at an utterance end, else keep only
+        the padding before the next speech."""
+        assert self._buf_t0 is not None
+        limit = self._buf_end - self.config.context_s
+        ends = [t for t in self._utterance_ends if t >= max(limit, self._buf_t0)]
+        self._utterance_ends = ends
+        if ends and self.config.context_s > 0:
+            self._cut(ends[0])
+            return
+        pad = self.config.speech_pad_s + 0.1
+        if self._n > 2 * pad * SAMPLE_RATE:
+            self._cut(self._buf_end - pad)
 
     def _arrival_of(self, t: float) -> float:
         """Arrival wall time of the window that holds media time `t`."""
