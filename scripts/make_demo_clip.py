@@ -60,6 +60,17 @@ FPS = 30
 AUDIO_RATE_HZ = 48_000
 AAC_FRAME_SAMPLES = 1024
 FONT_DIR = Path("/usr/share/fonts/truetype")
+# Chosen so that decoded frames inside a slide stay (almost always bit-) identical: no
+# B-frames and a high I/P quality ratio stop x264 from "refining" a static picture frame after
+# frame; scenecut puts an I-frame at each slide change; keyint=600 (20 s, longer than any
+# slide) bounds seeks without a periodic I-frame inside a slide, which would re-code it.
+# One thread keeps the output bytes identical across machines.
+X264_OPTIONS: dict[str, str] = {
+    "preset": "medium",
+    "tune": "stillimage",
+    "threads": "1",
+    "x264-params": "keyint=600:scenecut=40:bframes=0:ipratio=2.0",
+}
 
 RGB = tuple[int, int, int]
 Align = Literal["left", "center", "right"]
@@ -158,18 +169,35 @@ def _demo_preset() -> Preset:
         Slide(  # centred title slide, dark background
             background=NAVY,
             blocks=(
-                TextBlock(("Lecture 3: Streaming inference",), "dejavu-sans-bold", 64,
-                          WHITE, 640, 250, "center"),
-                TextBlock(("Building real time pipelines on small devices",), "dejavu-sans",
-                          36, (190, 210, 240), 640, 360, "center"),
-                TextBlock(("Spring term 2025",), "dejavu-sans", 28, (150, 170, 200),
-                          640, 470, "center"),
+                TextBlock(
+                    ("Lecture 3: Streaming inference",),
+                    "dejavu-sans-bold",
+                    64,
+                    WHITE,
+                    640,
+                    250,
+                    "center",
+                ),
+                TextBlock(
+                    ("Building real time pipelines on small devices",),
+                    "dejavu-sans",
+                    36,
+                    (190, 210, 240),
+                    640,
+                    360,
+                    "center",
+                ),
+                TextBlock(
+                    ("Spring term 2025",), "dejavu-sans", 28, (150, 170, 200), 640, 470, "center"
+                ),
             ),
             rule_y=335,
             accent=(240, 170, 60),
             sentences=(
                 Sentence("Welcome to lecture three on streaming inference.", "en-us", 160),
-                Sentence("Today we build real time pipelines for small devices.", "en-us", 160),
+                Sentence(
+                    "Today we will look at real time pipelines for small devices.", "en-us", 160
+                ),
             ),
         ),
         Slide(  # title and bullets, light, left aligned; pointer moves in the right margin
@@ -183,107 +211,168 @@ def _demo_preset() -> Preset:
                         "Every stage must keep up with the input",
                         "Latency budget 300 ms",
                     ),
-                    "liberation-sans", 38, (40, 40, 40), 130, 210, bullet=(30, 90, 200),
+                    "liberation-sans",
+                    38,
+                    (40, 40, 40),
+                    130,
+                    210,
+                    bullet=(30, 90, 200),
                 ),
             ),
             rule_y=150,
             accent=(30, 90, 200),
             pointer=((1000, 560), (1120, 470), (1060, 640), (960, 600), (1150, 560)),
             sentences=(
-                Sentence("A batch system waits for the whole recording.", "en-gb", 165, 45),
-                Sentence("Here every stage must keep up, within three hundred milliseconds.",
-                         "en-gb", 165, 45),
+                Sentence("A normal system waits until the recording is over.", "en-gb", 165, 45),
+                Sentence(
+                    "In a live system, each part must keep up within three hundred milliseconds.",
+                    "en-gb",
+                    165,
+                    45,
+                ),
             ),
         ),
         Slide(  # two columns, serif on cream
             background=CREAM,
             blocks=(
-                TextBlock(("Audio path and video path",), "liberation-serif-bold", 52, INK,
-                          640, 60, "center"),
+                TextBlock(
+                    ("Audio path and video path",),
+                    "liberation-serif-bold",
+                    52,
+                    INK,
+                    640,
+                    60,
+                    "center",
+                ),
                 TextBlock(("Audio",), "liberation-serif-bold", 40, (150, 50, 30), 110, 190),
-                TextBlock(("20 ms windows", "Voice activity detection",
-                           "Streaming speech model"),
-                          "liberation-serif", 34, INK, 110, 260),
+                TextBlock(
+                    ("20 ms windows", "Voice activity detection", "Streaming speech model"),
+                    "liberation-serif",
+                    34,
+                    INK,
+                    110,
+                    260,
+                ),
                 TextBlock(("Video",), "liberation-serif-bold", 40, (30, 100, 60), 690, 190),
-                TextBlock(("30 frames per second", "Change detection", "Text recognition"),
-                          "liberation-serif", 34, INK, 690, 260),
+                TextBlock(
+                    ("30 frames per second", "Change detection", "Text recognition"),
+                    "liberation-serif",
+                    34,
+                    INK,
+                    690,
+                    260,
+                ),
             ),
             accent=(150, 120, 80),
             sentences=(
-                Sentence("Sound arrives in small windows of twenty milliseconds.", "en-us+m3",
-                         155),
-                Sentence("Video arrives at thirty frames per second, but slides rarely "
-                         "change.", "en-us+m3", 155),
+                Sentence(
+                    "The microphone sends sound in small blocks, twenty milliseconds at a time.",
+                    "en-us+m1",
+                    155,
+                ),
+                Sentence(
+                    "The camera gives us thirty frames per second, but slides rarely change.",
+                    "en-us+m1",
+                    155,
+                ),
             ),
         ),
         Slide(  # chart with caption; pointer wanders over the empty area right of the chart
             background=(244, 247, 250),
             blocks=(
-                TextBlock(("Where the time goes",), "free-sans-bold", 48, INK, 640, 50,
-                          "center"),
-                TextBlock(("Figure 1: Latency per stage in one run",), "free-sans", 30,
-                          (70, 70, 80), 1180, 600, "right"),
+                TextBlock(("Where the time goes",), "free-sans-bold", 48, INK, 640, 50, "center"),
+                TextBlock(
+                    ("Figure 1: Latency per stage in one run",),
+                    "free-sans",
+                    30,
+                    (70, 70, 80),
+                    1180,
+                    600,
+                    "right",
+                ),
             ),
             chart=(140, 150, 820, 560),
             accent=(220, 110, 40),
             pointer=((930, 300), (1010, 220), (1100, 380), (980, 470), (1120, 250)),
             sentences=(
-                Sentence("Speech recognition takes the largest share of the time.", "en",
-                         170),
+                Sentence("The speech model takes the largest part of the time.", "en", 170),
             ),
             extra_s=1.5,
         ),
         Slide(  # dark, right aligned serif
             background=(30, 30, 34),
             blocks=(
-                TextBlock(("Doing less work under load",), "dejavu-serif-bold", 50,
-                          (250, 220, 120), 1190, 90, "right"),
+                TextBlock(
+                    ("Doing less work under load",),
+                    "dejavu-serif-bold",
+                    50,
+                    (250, 220, 120),
+                    1190,
+                    90,
+                    "right",
+                ),
                 TextBlock(
                     (
                         "Skip frames that did not change",
                         "Lower the resolution when busy",
                         "Keep only the important tokens",
                     ),
-                    "dejavu-serif", 36, (230, 230, 230), 1190, 260, "right",
+                    "dejavu-serif",
+                    36,
+                    (230, 230, 230),
+                    1190,
+                    260,
+                    "right",
                 ),
             ),
             rule_y=175,
             accent=(250, 220, 120),
             sentences=(
-                Sentence("When the system is busy, it should do less work instead of falling "
-                         "behind.", "en-us+f3", 150, 60),
+                Sentence(
+                    "When the system is busy, it should do less work and not fall behind.",
+                    "en-us+f3",
+                    150,
+                    60,
+                ),
             ),
         ),
         Slide(  # monospace "numbers" slide
             background=(236, 244, 236),
             blocks=(
-                TextBlock(("Measuring the pipeline",), "liberation-sans-bold", 46, INK, 90,
-                          80),
+                TextBlock(("Measuring the pipeline",), "liberation-sans-bold", 46, INK, 90, 80),
                 TextBlock(
-                    ("frames in 1800", "frames read 42", "mean delay 180 ms",
-                     "peak memory 512 MB"),
-                    "dejavu-mono", 32, (20, 70, 30), 130, 220, line_spacing=1.6,
+                    ("frames in 1800", "frames read 42", "mean delay 180 ms", "peak memory 512 MB"),
+                    "dejavu-mono",
+                    32,
+                    (20, 70, 30),
+                    130,
+                    220,
+                    line_spacing=1.6,
                 ),
             ),
             rule_y=150,
             accent=(40, 120, 60),
             sentences=(
-                Sentence("We measure every stage to see where the delay comes from.", "en-us",
-                         165),
+                Sentence("We measure every stage to see where the delay comes from.", "en-us", 165),
             ),
         ),
         Slide(  # centred summary, large narrow sans
             background=(225, 236, 250),
             blocks=(
                 TextBlock(("Summary",), "free-serif", 64, NAVY, 640, 110, "center"),
-                TextBlock(("Stream, do not batch", "Measure every stage",
-                           "Degrade gracefully"),
-                          "liberation-narrow", 44, (40, 50, 90), 640, 270, "center"),
+                TextBlock(
+                    ("Stream, do not batch", "Measure every stage", "Degrade gracefully"),
+                    "liberation-narrow",
+                    44,
+                    (40, 50, 90),
+                    640,
+                    270,
+                    "center",
+                ),
             ),
             accent=NAVY,
             sentences=(
-                Sentence("To sum up, stream the data and measure every stage.", "en-gb", 160,
-                         45),
+                Sentence("To sum up, stream the data and measure every stage.", "en-gb", 160, 45),
                 Sentence("Thank you for listening.", "en-gb", 160, 45),
             ),
         ),
@@ -296,45 +385,69 @@ def _short_preset() -> Preset:
         Slide(
             background=NAVY,
             blocks=(
-                TextBlock(("Short test clip",), "dejavu-sans-bold", 60, WHITE, 640, 270,
-                          "center"),
-                TextBlock(("Slides and speech on one timeline",), "dejavu-sans", 34,
-                          (190, 210, 240), 640, 380, "center"),
+                TextBlock(("Short test clip",), "dejavu-sans-bold", 60, WHITE, 640, 270, "center"),
+                TextBlock(
+                    ("Slides and speech on one timeline",),
+                    "dejavu-sans",
+                    34,
+                    (190, 210, 240),
+                    640,
+                    380,
+                    "center",
+                ),
             ),
             accent=(240, 170, 60),
             lead_in_s=0.5,
             tail_s=0.5,
-            sentences=(Sentence("This is a short test of the slide and speech pipeline.",
-                                "en-us", 160),),
+            sentences=(
+                Sentence("This short test covers the slides and the spoken words.", "en-us", 160),
+            ),
         ),
         Slide(
             background=WHITE,
             blocks=(
                 TextBlock(("Two things to check",), "liberation-sans-bold", 52, INK, 90, 80),
-                TextBlock(("Text on each slide", "Words in the audio"), "liberation-sans", 40,
-                          (40, 40, 40), 130, 230, bullet=(30, 90, 200)),
+                TextBlock(
+                    ("Text on each slide", "Words in the audio"),
+                    "liberation-sans",
+                    40,
+                    (40, 40, 40),
+                    130,
+                    230,
+                    bullet=(30, 90, 200),
+                ),
             ),
             rule_y=155,
             accent=(30, 90, 200),
             pointer=((900, 520), (1100, 420), (1000, 620), (1150, 560)),
             lead_in_s=0.5,
             tail_s=0.5,
-            sentences=(Sentence("The engine should read the text on each slide.", "en-gb",
-                                165, 45),),
+            sentences=(
+                Sentence("The engine should read the text on each slide.", "en-gb", 165, 45),
+            ),
         ),
         Slide(
             background=CREAM,
             blocks=(
-                TextBlock(("The end",), "liberation-serif-bold", 56, INK, 1180, 260,
-                          "right"),
-                TextBlock(("Thanks for watching",), "liberation-serif", 34, (90, 60, 40), 1180,
-                          360, "right"),
+                TextBlock(("The end",), "liberation-serif-bold", 56, INK, 1180, 260, "right"),
+                TextBlock(
+                    ("Thanks for watching",),
+                    "liberation-serif",
+                    34,
+                    (90, 60, 40),
+                    1180,
+                    360,
+                    "right",
+                ),
             ),
             accent=(150, 120, 80),
             lead_in_s=0.5,
             tail_s=0.6,
-            sentences=(Sentence("It should also write down every word that is spoken.",
-                                "en-us+f3", 150, 60),),
+            sentences=(
+                Sentence(
+                    "It should also write down every word that is spoken.", "en-us+f2", 150, 60
+                ),
+            ),
         ),
     )
     return Preset("short", slides)
@@ -363,9 +476,7 @@ def _draw_block(draw: ImageDraw.ImageDraw, block: TextBlock) -> None:
         y = block.y + i * step_px
         x0, _, x1, _ = draw.textbbox((0, 0), line, font=font)
         width = x1 - x0
-        x = {"left": block.x, "center": block.x - width // 2, "right": block.x - width}[
-            block.align
-        ]
+        x = {"left": block.x, "center": block.x - width // 2, "right": block.x - width}[block.align]
         if x < 20 or x + width > WIDTH_PX - 20 or y + step_px > HEIGHT_PX:
             raise AssetBuildError(f"text {line!r} does not fit on the slide (x={x}, y={y})")
         draw.text((x, y), line, font=font, fill=block.color)
@@ -385,8 +496,7 @@ def _draw_chart(draw: ImageDraw.ImageDraw, box: tuple[int, int, int, int], color
     for i, share in enumerate(shares):
         left = x0 + 30 + i * slot
         shade = color if i != 2 else (190, 50, 40)
-        draw.rectangle((left, y1 - share * (y1 - y0 - 20), left + slot * 0.6, y1 - 2),
-                       fill=shade)
+        draw.rectangle((left, y1 - share * (y1 - y0 - 20), left + slot * 0.6, y1 - 2), fill=shade)
     # a small pie-like marker next to the bars, again a shape only
     draw.ellipse((x1 - 90, y0 + 10, x1 - 20, y0 + 80), outline=(60, 60, 60), width=3)
     draw.pieslice((x1 - 90, y0 + 10, x1 - 20, y0 + 80), -90, 40, fill=(190, 50, 40))
@@ -410,8 +520,9 @@ _ARROW = ((0, 0), (0, 30), (8, 23), (14, 36), (19, 34), (13, 21), (23, 21))
 
 def _draw_pointer(img: Image.Image, x: int, y: int) -> None:
     draw = ImageDraw.Draw(img)
-    draw.polygon([(x + px, y + py) for px, py in _ARROW], fill=(10, 10, 10),
-                 outline=(255, 255, 255), width=2)
+    draw.polygon(
+        [(x + px, y + py) for px, py in _ARROW], fill=(10, 10, 10), outline=(255, 255, 255), width=2
+    )
 
 
 def pointer_position(waypoints: Sequence[tuple[int, int]], t_s: float) -> tuple[int, int]:
@@ -445,8 +556,18 @@ def _check_pointer_clear(slide: Slide, base: Image.Image) -> None:
 def synthesize(sentence: Sentence, workdir: Path, index: int) -> NDArray[np.float32]:
     """espeak-ng -> 48 kHz float32 mono, leading/trailing silence trimmed."""
     wav_path = workdir / f"s{index:02d}.wav"
-    cmd = ["espeak-ng", "-v", sentence.voice, "-s", str(sentence.speed_wpm),
-           "-p", str(sentence.pitch), "-w", str(wav_path), sentence.text]
+    cmd = [
+        "espeak-ng",
+        "-v",
+        sentence.voice,
+        "-s",
+        str(sentence.speed_wpm),
+        "-p",
+        str(sentence.pitch),
+        "-w",
+        str(wav_path),
+        sentence.text,
+    ]
     try:
         subprocess.run(cmd, check=True, capture_output=True)
     except (OSError, subprocess.CalledProcessError) as e:
@@ -479,7 +600,8 @@ def pink_noise(n: int, rng: np.random.Generator) -> NDArray[np.float32]:
     freqs = np.fft.rfftfreq(n, d=1.0 / AUDIO_RATE_HZ)
     spectrum /= np.sqrt(np.maximum(freqs, 20.0))
     noise = np.fft.irfft(spectrum, n)
-    return (noise / np.sqrt(np.mean(noise**2))).astype(np.float32)
+    unit: NDArray[np.float32] = (noise / np.sqrt(np.mean(noise**2))).astype(np.float32)
+    return unit
 
 
 # --------------------------------------------------------------------------------------------
@@ -542,15 +664,7 @@ def encode(
         vstream.height = HEIGHT_PX
         vstream.pix_fmt = "yuv420p"
         vstream.codec_context.time_base = Fraction(1, FPS)
-        # One thread keeps the bytes identical across machines; scenecut puts an IDR at each
-        # slide change, keyint=150 bounds seek distance to 5 s.
-        vstream.options = {
-            "crf": str(crf),
-            "preset": "medium",
-            "tune": "stillimage",
-            "threads": "1",
-            "x264-params": "keyint=150:min-keyint=15:scenecut=40",
-        }
+        vstream.options = {"crf": str(crf), **X264_OPTIONS}
         astream = container.add_stream("aac", rate=AUDIO_RATE_HZ, layout="mono")
         astream.bit_rate = 64_000
 
@@ -597,8 +711,15 @@ def truth_document(preset: Preset, timeline: Timeline) -> dict[str, object]:
     return {"duration_s": round(timeline.n_frames / FPS, 3), "ocr": ocr, "asr": asr}
 
 
-def build(preset: Preset, out_dir: Path, name: str, seed: int, snr_db: float, crf: int,
-          slides_dir: Path | None) -> tuple[Path, Path]:
+def build(
+    preset: Preset,
+    out_dir: Path,
+    name: str,
+    seed: int,
+    snr_db: float,
+    crf: int,
+    slides_dir: Path | None,
+) -> tuple[Path, Path]:
     if shutil.which("espeak-ng") is None:
         raise AssetBuildError("espeak-ng is not on PATH; apt-get install -y espeak-ng")
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -627,8 +748,7 @@ def build(preset: Preset, out_dir: Path, name: str, seed: int, snr_db: float, cr
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="demo")
-    parser.add_argument("--out", type=Path, default=Path("assets/demo"),
-                        help="output folder")
+    parser.add_argument("--out", type=Path, default=Path("assets/demo"), help="output folder")
     parser.add_argument("--name", help="file stem (default: lecture for demo, short for short)")
     parser.add_argument("--seed", type=int, default=3, help="noise seed")
     parser.add_argument("--snr-db", type=float, default=28.0, help="speech-to-noise ratio")
@@ -640,13 +760,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     preset = PRESETS[args.preset]()
     name = args.name or preset.name
     t0 = time.perf_counter()
-    video_path, truth_path = build(preset, args.out, name, args.seed, args.snr_db, args.crf,
-                                   args.slides_dir)
+    video_path, truth_path = build(
+        preset, args.out, name, args.seed, args.snr_db, args.crf, args.slides_dir
+    )
     truth = json.loads(truth_path.read_text())
     logger.info(
         "wrote %s (%.1f KiB, %.3f s, %d slides, %d sentences) and %s in %.1f s",
-        video_path, video_path.stat().st_size / 1024, truth["duration_s"], len(truth["ocr"]),
-        len(truth["asr"]), truth_path, time.perf_counter() - t0,
+        video_path,
+        video_path.stat().st_size / 1024,
+        truth["duration_s"],
+        len(truth["ocr"]),
+        len(truth["asr"]),
+        truth_path,
+        time.perf_counter() - t0,
     )
     return 0
 
