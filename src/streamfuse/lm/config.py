@@ -1,0 +1,119 @@
+"""Validated configuration of the language-model runtime (one pydantic object per concern).
+
+`LMConfig` is the top-level object handed to `LMEngine`; every field is typed, bounded and
+documented. Defaults follow MISSION.md F7 (16 slots x 2048 tokens) and StreamingLLM (4 sink
+tokens) and suit the bundled Gemma 3 270M on a small CPU.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+WeightFormat = Literal["int8", "fp32"]
+LongInputPolicy = Literal["sink_window", "reject"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ModelConfig(_Frozen):
+    """Which weights to run and how."""
+
+    source: str = Field(
+        default="gemma3-270m",
+        description="'gemma3-270m' (the bundled GGUF), a path to a .gguf file, or a local "
+        "Hugging Face directory of a Gemma 3 text model (config.json + safetensors).",
+    )
+    weights: WeightFormat = Field(
+        default="int8",
+        description="'int8': per-row int8 weights with per-row int8 activations (exact integer "
+        "matmul, batch-invariant); 'fp32': dequantized float32 (reference, ~4x more bytes).",
+    )
+    threads: int = Field(default=2, ge=1, le=256, description="torch intra-op threads.")
+
+
+class PoolConfig(_Frozen):
+    """The KV-cache slot pool (F7): fixed slots preallocated at start."""
+
+    num_slots: int = Field(default=16, ge=1, le=1024, description="Sequences held at once.")
+    max_tokens: int = Field(default=2048, ge=16, le=131072, description="Tokens per slot.")
+
+
+class TruncationConfig(_Frozen):
+    """What to do when a slot is full (F9).
+
+    'sink_window' keeps the first `sink_tokens` and the most recent `window_tokens` of the slot
+    (StreamingLLM) and re-rotates the kept keys so positions stay inside the slot; 'reject'
+    refuses any request that would not fit the slot.
+    """
+
+    policy: LongInputPolicy = "sink_window"
+    sink_tokens: int = Field(default=4, ge=0, le=1024)
+    window_tokens: int | None = Field(
+        default=None,
+        ge=8,
+        description="Recent tokens kept after a truncation; default 3/4 of the slot so that "
+        "truncation (a memmove of the window) happens once per slot/4 tokens, not every token.",
+    )
+
+
+class SchedulerConfig(_Frozen):
+    """Continuous batching: what one engine step may contain."""
+
+    max_batch_tokens: int = Field(
+        default=256, ge=1, le=65536, description="Rows in one forward (decode + prefill chunks)."
+    )
+    prefill_chunk: int = Field(
+        default=128, ge=1, le=65536, description="Largest prompt chunk one sequence adds per step."
+    )
+    max_running: int = Field(default=16, ge=1, le=1024, description="Sequences decoding at once.")
+
+
+class SpeculativeConfig(_Frozen):
+    """Prompt-lookup (n-gram) drafting, verified in the same forward as normal decode (F6)."""
+
+    enabled: bool = True
+    max_draft: int = Field(default=8, ge=1, le=64, description="Draft tokens per step.")
+    max_ngram: int = Field(default=3, ge=1, le=16, description="Longest suffix n-gram matched.")
+    min_ngram: int = Field(default=1, ge=1, le=16)
+    lookup_tokens: int = Field(
+        default=4096, ge=16, description="How far back in the sequence the drafter searches."
+    )
+
+    @model_validator(mode="after")
+    def _ngram_order(self) -> SpeculativeConfig:
+        if self.min_ngram > self.max_ngram:
+            raise ValueError(f"min_ngram={self.min_ngram} exceeds max_ngram={self.max_ngram}")
+        return self
+
+
+class LMConfig(_Frozen):
+    """Top-level configuration of the language-model runtime."""
+
+    model: ModelConfig = ModelConfig()
+    pool: PoolConfig = PoolConfig()
+    truncation: TruncationConfig = TruncationConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    speculative: SpeculativeConfig = SpeculativeConfig()
+
+    @model_validator(mode="after")
+    def _fits(self) -> LMConfig:
+        room = self.pool.max_tokens - self.truncation.sink_tokens
+        if self.truncation.policy == "sink_window":
+            win = self.window_tokens
+            if win < 8 or win > room - 1:
+                raise ValueError(
+                    f"window_tokens={win} must be in [8, {room - 1}] for max_tokens="
+                    f"{self.pool.max_tokens} and sink_tokens={self.truncation.sink_tokens}"
+                )
+        return self
+
+    @property
+    def window_tokens(self) -> int:
+        """Recent tokens kept by a sink+window truncation."""
+        if self.truncation.window_tokens is not None:
+            return self.truncation.window_tokens
+        return max(8, (self.pool.max_tokens * 3) // 4 - self.truncation.sink_tokens)

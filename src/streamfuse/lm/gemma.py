@@ -1,0 +1,307 @@
+"""A compact Gemma 3 text model whose attention reads and writes the engine's KV slot pool.
+
+One `forward` runs a flat batch: the new tokens of several sequences concatenated into one
+(rows, hidden) matrix (decode rows, speculative drafts and prefill chunks mixed), described by
+`Segment`s (slot, start, length). Linear layers see every row at once; attention runs per
+segment against that segment's slot. Positions are slot indices: a sink+window truncation
+re-rotates the kept keys (`compact`), so positions never exceed the slot size.
+
+Architecture (Gemma 3): RMSNorm with a (1 + w) multiplier (stored folded), q/k RMSNorm, GQA,
+sliding-window layers (local RoPE base) and full layers (global RoPE base), GeGLU (tanh GELU),
+pre- and post-norms around attention and MLP, embeddings scaled by sqrt(hidden), tied head.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from streamfuse.lm.kv_pool import KVPool
+from streamfuse.lm.quant import DenseLinear, Int8Linear, Linear
+
+SLIDING = "sliding_attention"
+FULL = "full_attention"
+
+
+@dataclass(frozen=True, slots=True)
+class GemmaConfig:
+    """Shape and numerics of a Gemma 3 text model."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    layer_types: tuple[str, ...]
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    rope_local_theta: float = 10_000.0
+    rope_linear_factor: float = 1.0
+    sliding_window: int = 512
+    query_pre_attn_scalar: float = 256.0
+    attn_logit_softcapping: float | None = None
+    final_logit_softcapping: float | None = None
+    max_position_embeddings: int = 32768
+    bos_token_id: int = 2
+    eos_token_ids: tuple[int, ...] = (1,)
+    pad_token_id: int = 0
+
+    def __post_init__(self) -> None:
+        if len(self.layer_types) != self.num_layers:
+            raise ValueError(
+                f"layer_types has {len(self.layer_types)} entries, expected {self.num_layers}"
+            )
+        bad = set(self.layer_types) - {SLIDING, FULL}
+        if bad:
+            raise ValueError(f"unknown layer types {sorted(bad)}; expected {SLIDING!r}/{FULL!r}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads={self.num_heads} not a multiple of {self.num_kv_heads}")
+
+    @staticmethod
+    def pattern(num_layers: int, every: int = 6) -> tuple[str, ...]:
+        """Gemma 3's layer pattern: every `every`-th layer is full attention."""
+        return tuple(FULL if (i + 1) % every == 0 else SLIDING for i in range(num_layers))
+
+    def to_dict(self) -> dict[str, object]:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+@dataclass(slots=True)
+class LayerWeights:
+    attn_norm: Tensor  # folded (1 + w) multipliers
+    q_norm: Tensor
+    k_norm: Tensor
+    post_attn_norm: Tensor
+    pre_ffn_norm: Tensor
+    post_ffn_norm: Tensor
+    qkv: Linear  # fused q, k, v projections
+    o: Linear
+    gate_up: Linear  # fused gate and up projections
+    down: Linear
+
+
+@dataclass(slots=True)
+class GemmaWeights:
+    embed: DenseLinear | Int8Linear  # token embedding; also the output head unless `head` is set
+    final_norm: Tensor
+    layers: list[LayerWeights] = field(default_factory=list)
+    #: A separate (smoothed) copy of the tied head; None: the head is `embed` itself.
+    head: Linear | None = None
+
+    @property
+    def output(self) -> Linear:
+        return self.head if self.head is not None else self.embed
+
+    def nbytes(self) -> int:
+        total = self.embed.nbytes() + self.final_norm.numel() * 4
+        if self.head is not None:
+            total += self.head.nbytes()
+        for lw in self.layers:
+            total += sum(lin.nbytes() for lin in (lw.qkv, lw.o, lw.gate_up, lw.down))
+            total += sum(
+                t.numel() * 4
+                for t in (
+                    lw.attn_norm,
+                    lw.q_norm,
+                    lw.k_norm,
+                    lw.post_attn_norm,
+                    lw.pre_ffn_norm,
+                    lw.post_ffn_norm,
+                )
+            )
+        return total
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """`length` new tokens of the sequence in `slot`, at slot positions start .. start+length-1."""
+
+    slot: int
+    start: int
+    length: int
+
+
+def _rope_tables(
+    theta: float, head_dim: int, positions: int, factor: float
+) -> tuple[Tensor, Tensor]:
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    t = torch.arange(positions, dtype=torch.float64) / factor
+    freqs = torch.outer(t, inv)
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos().float().contiguous(), emb.sin().float().contiguous()
+
+
+def _rotate_half(x: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class GemmaModel:
+    """Gemma 3 text forward over the slot pool. Not thread-safe: one engine thread drives it."""
+
+    def __init__(self, config: GemmaConfig, weights: GemmaWeights) -> None:
+        self.config = config
+        self.weights = weights
+        self.scale = config.query_pre_attn_scalar**-0.5
+        self.embed_scale = math.sqrt(config.hidden_size)
+        self._rope_len = 0
+        self._rope: dict[str, tuple[Tensor, Tensor]] = {}
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _ensure_rope(self, positions: int) -> None:
+        if positions <= self._rope_len:
+            return
+        n = max(positions, 2 * self._rope_len, 256)
+        c = self.config
+        self._rope = {
+            FULL: _rope_tables(c.rope_theta, c.head_dim, n, c.rope_linear_factor),
+            SLIDING: _rope_tables(c.rope_local_theta, c.head_dim, n, 1.0),
+        }
+        self._rope_len = n
+
+    def _norm(self, x: Tensor, w: Tensor) -> Tensor:
+        return F.rms_norm(x, (x.shape[-1],), w, self.config.rms_norm_eps)
+
+    def embed(self, ids: Tensor) -> Tensor:
+        return self.weights.embed.rows(ids).mul_(self.embed_scale)
+
+    # -- forward -----------------------------------------------------------------------------
+    @torch.inference_mode()
+    def forward(
+        self,
+        ids: Tensor,
+        segments: Sequence[Segment],
+        pool: KVPool,
+        out_rows: Tensor | None = None,
+        return_hidden: bool = False,
+    ) -> Tensor:
+        """Run `ids` (1-D, concatenated segments) and return logits of `out_rows` (all if None).
+
+        Writes each segment's keys/values into its slot at positions start .. start+length-1;
+        the caller owns slot lengths (set them after a successful forward).
+        """
+        c = self.config
+        rows = int(ids.shape[0])
+        if rows != sum(s.length for s in segments):
+            raise ValueError(f"{rows} ids but segments cover {sum(s.length for s in segments)}")
+        max_end = max(s.start + s.length for s in segments)
+        if max_end > pool.max_tokens:
+            raise ValueError(f"segment ends at {max_end} > slot size {pool.max_tokens}")
+        self._ensure_rope(max_end)
+        if len(segments) == 1:
+            s0 = segments[0]
+            pos = torch.arange(s0.start, s0.start + s0.length)
+            slot_idx = torch.full((rows,), s0.slot, dtype=torch.long)
+        else:
+            pos = torch.cat([torch.arange(s.start, s.start + s.length) for s in segments])
+            slot_idx = torch.cat(
+                [torch.full((s.length,), s.slot, dtype=torch.long) for s in segments]
+            )
+        rope = {
+            kind: (cos.index_select(0, pos), sin.index_select(0, pos))
+            for kind, (cos, sin) in self._rope.items()
+        }
+        H, KV, D = c.num_heads, c.num_kv_heads, c.head_dim
+        q_width, kv_width = H * D, KV * D
+
+        x = self.embed(ids)
+        for li, lw in enumerate(self.weights.layers):
+            kind = c.layer_types[li]
+            cos, sin = rope[kind]
+            h = self._norm(x, lw.attn_norm)
+            qkv = lw.qkv(h)
+            q = self._norm(qkv[:, :q_width].view(rows, H, D), lw.q_norm)
+            k = self._norm(qkv[:, q_width : q_width + kv_width].view(rows, KV, D), lw.k_norm)
+            v = qkv[:, q_width + kv_width :].view(rows, KV, D)
+            cs, sn = cos[:, None, :], sin[:, None, :]
+            q = q * cs + _rotate_half(q) * sn
+            k = k * cs + _rotate_half(k) * sn
+            # Write K/V in place: the pool tensors are (slots, kv, tokens, dim); index the
+            # (slots, tokens) pair through a permuted view so no copy is made.
+            pool.k[li].permute(0, 2, 1, 3).index_put_((slot_idx, pos), k)
+            pool.v[li].permute(0, 2, 1, 3).index_put_((slot_idx, pos), v)
+            window = c.sliding_window if kind == SLIDING else None
+            attn = torch.empty(rows, q_width)
+            r0 = 0
+            for s in segments:
+                attn[r0 : r0 + s.length] = self._attend(
+                    q[r0 : r0 + s.length], pool.k[li][s.slot], pool.v[li][s.slot], s.start, window
+                )
+                r0 += s.length
+            x = x + self._norm(lw.o(attn), lw.post_attn_norm)
+            h = self._norm(x, lw.pre_ffn_norm)
+            gate, up = lw.gate_up(h).chunk(2, dim=-1)
+            x = x + self._norm(lw.down(F.gelu(gate, approximate="tanh").mul_(up)), lw.post_ffn_norm)
+
+        x = self._norm(x, self.weights.final_norm)
+        if out_rows is not None:
+            x = x.index_select(0, out_rows)
+        if return_hidden:
+            return x
+        logits = self.weights.output(x)
+        if c.final_logit_softcapping is not None:
+            cap = c.final_logit_softcapping
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    def _attend(self, q: Tensor, kc: Tensor, vc: Tensor, start: int, window: int | None) -> Tensor:
+        """Attention of n queries at slot positions start.. against the slot's cache (kv, T, d)."""
+        c = self.config
+        n = q.shape[0]
+        end = start + n
+        lo = 0 if window is None else max(0, start - window + 1)
+        keys = kc[:, lo:end]  # (kv, L, d) view of the pool, no copy
+        vals = vc[:, lo:end]
+        kvh, g = c.num_kv_heads, c.num_heads // c.num_kv_heads
+        # (n, H, d) -> (kv, g*n, d): heads of one kv group share its keys.
+        qh = q.view(n, kvh, g, c.head_dim).permute(1, 2, 0, 3).reshape(kvh, g * n, c.head_dim)
+        scores = torch.matmul(qh, keys.transpose(1, 2)).mul_(self.scale)
+        if c.attn_logit_softcapping is not None:
+            cap = c.attn_logit_softcapping
+            scores = torch.tanh(scores / cap).mul_(cap)
+        if n > 1 or (window is not None and end - lo > window):
+            qpos = torch.arange(start, end)[:, None]
+            kpos = torch.arange(lo, end)[None, :]
+            allowed = kpos <= qpos
+            if window is not None:
+                allowed &= kpos > qpos - window
+            scores = (
+                scores.view(kvh, g, n, -1)
+                .masked_fill_(~allowed, float("-inf"))
+                .view(kvh, g * n, -1)
+            )
+        probs = torch.softmax(scores, dim=-1)
+        out = torch.matmul(probs, vals)  # (kv, g*n, d)
+        return (
+            out.view(kvh, g, n, c.head_dim).permute(2, 0, 1, 3).reshape(n, c.num_heads * c.head_dim)
+        )
+
+    # -- truncation ----------------------------------------------------------------------------
+    @torch.inference_mode()
+    def compact(self, pool: KVPool, slot: int, length: int, sink: int, keep: int) -> int:
+        """Keep the first `sink` and last `keep` cached tokens of `slot`; returns the new length.
+
+        The kept recent keys move down by `shift` positions and are re-rotated by -shift (RoPE
+        is a rotation, so this is exact up to rounding): the cache then looks as if those tokens
+        had been computed right after the sinks, and positions stay below the slot size.
+        """
+        if sink + keep >= length:
+            return length
+        src = length - keep
+        shift = src - sink
+        self._ensure_rope(shift + 1)
+        for li, kind in enumerate(self.config.layer_types):
+            cos, sin = self._rope[FULL if kind == FULL else SLIDING]
+            cs, sn = cos[shift], sin[shift]
+            kc, vc = pool.k[li][slot], pool.v[li][slot]  # (kv, T, d)
+            moved = kc[:, src:length]
+            kc[:, sink : sink + keep] = moved * cs - _rotate_half(moved) * sn
+            vc[:, sink : sink + keep] = vc[:, src:length].clone()
+        return sink + keep

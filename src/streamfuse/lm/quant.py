@@ -1,0 +1,103 @@
+"""Linear layers the runtime can run: dense float32 and per-row int8.
+
+`Int8Linear` quantizes each weight row (output channel) and, at run time, each activation row
+to int8 with its own absmax scale, multiplies in exact int32 (`torch._int_mm`) and rescales.
+Because every output row depends only on its own input row and integer sums are exact, results
+do not depend on how many rows share a call: a sequence decodes to the same tokens alone, in a
+batch of 8, or inside a speculative verification pass. That property is what makes speculative
+decoding token-identical to greedy decoding here, not just "identical up to near-ties".
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+_QMAX = 127.0
+
+
+class Linear(Protocol):
+    """y = x @ W^T for x of shape (rows, in_features)."""
+
+    in_features: int
+    out_features: int
+
+    def __call__(self, x: Tensor) -> Tensor: ...
+
+    def dense_weight(self) -> Tensor:
+        """The float32 weight this layer represents (for checks and conversions)."""
+        ...
+
+    def nbytes(self) -> int: ...
+
+
+class DenseLinear:
+    """Plain float32 weight."""
+
+    def __init__(self, weight: Tensor) -> None:
+        self.weight = weight.float().contiguous()
+        self.out_features, self.in_features = self.weight.shape
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight)
+
+    def dense_weight(self) -> Tensor:
+        return self.weight
+
+    def rows(self, index: Tensor) -> Tensor:
+        """Weight rows as float32 (the embedding lookup of a tied head)."""
+        return self.weight.index_select(0, index)
+
+    def nbytes(self) -> int:
+        return self.weight.numel() * 4
+
+
+def quantize_rows(weight: Tensor) -> tuple[Tensor, Tensor]:
+    """Symmetric per-row int8: returns (int8 [N, K], float32 scale [N])."""
+    w = weight.float()
+    scale = (w.abs().amax(dim=1) / _QMAX).clamp_min(1e-12)
+    q = torch.round(w / scale[:, None]).clamp_(-_QMAX, _QMAX).to(torch.int8)
+    return q.contiguous(), scale.contiguous()
+
+
+class Int8Linear:
+    """Per-row int8 weight x per-row int8 activation, exact int32 accumulation."""
+
+    def __init__(self, qweight: Tensor, scale: Tensor) -> None:
+        if qweight.dtype != torch.int8 or qweight.dim() != 2:
+            raise ValueError(
+                f"qweight must be a 2-D int8 tensor, got {qweight.dtype} {qweight.shape}"
+            )
+        self.qweight = qweight.contiguous()
+        self.scale = scale.float().contiguous()
+        self.out_features, self.in_features = self.qweight.shape
+        # `_int_mm` wants (K, N); a transposed view of the row-major weight is its fast layout.
+        self._qweight_t = self.qweight.t()
+
+    @classmethod
+    def from_float(cls, weight: Tensor) -> Int8Linear:
+        return cls(*quantize_rows(weight))
+
+    def __call__(self, x: Tensor) -> Tensor:
+        amax = x.abs().amax(dim=-1, keepdim=True)
+        x_scale = amax.clamp_min_(1e-12).div_(_QMAX)
+        xq = torch.round(x / x_scale).to(torch.int8)
+        acc = torch._int_mm(xq, self._qweight_t)
+        out = acc.mul(x_scale)
+        return out.mul_(self.scale)
+
+    def dense_weight(self) -> Tensor:
+        return self.qweight.float() * self.scale[:, None]
+
+    def rows(self, index: Tensor) -> Tensor:
+        return (
+            self.qweight.index_select(0, index)
+            .float()
+            .mul_(self.scale.index_select(0, index)[:, None])
+        )
+
+    def nbytes(self) -> int:
+        return self.qweight.numel() + self.scale.numel() * 4
