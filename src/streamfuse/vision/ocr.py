@@ -126,6 +126,30 @@ class RapidOcrEngine(OcrEngine):
             raise ModelError(f"cannot load the rapidocr models: {e}") from e
         if getattr(self._engine, "text_det", None) is None:
             raise ModelError("rapidocr did not load its text detector")
+        if not self.config.ort_allow_spinning:
+            self._rebuild_sessions_without_spinning()
+
+    def _rebuild_sessions_without_spinning(self) -> None:
+        """rapidocr exposes no session config entries: rebuild its two sessions with ours."""
+        from onnxruntime import GraphOptimizationLevel, InferenceSession, SessionOptions
+
+        c = self.config
+        for model in (self._engine.text_det, self._engine.text_rec):
+            holder = getattr(model, "session", None)
+            sess = getattr(holder, "session", None)
+            path = getattr(sess, "_model_path", None)
+            if holder is None or sess is None or path is None:
+                log.warning("cannot tune onnxruntime spinning for %s: unexpected rapidocr", model)
+                continue
+            opts = SessionOptions()
+            opts.log_severity_level = 4
+            opts.enable_cpu_mem_arena = False
+            opts.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
+            opts.intra_op_num_threads = c.intra_op_threads
+            opts.inter_op_num_threads = c.inter_op_threads
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+            holder.session = InferenceSession(path, opts, providers=sess.get_providers())
 
     def read(self, image: np.ndarray, det_max_side_px: int) -> OcrReading:
         if self._engine is None:
