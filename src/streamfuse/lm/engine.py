@@ -439,8 +439,9 @@ class LMEngine:
             s.active = seq
             s.last_used = time.monotonic()
             if s.version != req.version:
+                if s.ids or s.unfed:
+                    self.stats.invalidations += 1
                 self._reset_session(s, req.version)
-                self.stats.invalidations += 1
             s.slot = slot
             if self.pool.length(slot) != len(s.ids):  # evicted/re-acquired: start clean
                 s.unfed = s.ids + s.unfed

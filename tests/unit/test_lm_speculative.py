@@ -1,0 +1,44 @@
+"""Prompt-lookup drafting and greedy acceptance."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamfuse.lm.speculative import NgramDrafter, accept_greedy
+
+pytestmark = pytest.mark.unit
+
+
+def test_drafts_what_followed_the_latest_earlier_occurrence() -> None:
+    d = NgramDrafter([1, 2, 3, 4, 5, 9, 1, 2, 3, 7, 8, 1, 2, 3], max_ngram=3)
+    assert d.draft(3) == [7, 8, 1]  # the most recent earlier "1 2 3" was followed by 7 8 1
+    assert d.draft(0) == []
+
+
+def test_falls_back_to_shorter_ngrams_and_never_matches_itself() -> None:
+    d = NgramDrafter([5, 6, 7], max_ngram=3)
+    assert d.draft(4) == []  # "7" occurs only at the end
+    d.extend([8, 7])
+    assert d.draft(4) == [8, 7]  # 1-gram "7" -> what followed the first 7
+
+
+def test_history_is_bounded_and_indices_stay_right() -> None:
+    d = NgramDrafter(window=16, max_ngram=2)
+    d.extend(range(100))
+    d.extend([97, 98])
+    assert d.draft(2) == [99, 97]
+    assert len(d._hist) <= 32
+
+
+def test_accept_greedy_keeps_the_agreeing_prefix_plus_the_model_token() -> None:
+    assert accept_greedy([4, 5, 6], [4, 5, 9, 1]) == [4, 5, 9]
+    assert accept_greedy([4, 5, 6], [4, 5, 6, 7]) == [4, 5, 6, 7]
+    assert accept_greedy([4, 5, 6], [3, 5, 6, 7]) == [3]
+    assert accept_greedy([], [3]) == [3]
+    with pytest.raises(ValueError):
+        accept_greedy([1], [1])
+
+
+def test_rejects_bad_ngram_bounds() -> None:
+    with pytest.raises(ValueError):
+        NgramDrafter(max_ngram=1, min_ngram=2)
