@@ -242,3 +242,17 @@ def test_config_bounds_are_enforced() -> None:
         ChangeDetectorConfig(settle_s=-0.1)
     with pytest.raises(ValidationError):
         ChangeDetectorConfig(unknown_field=1)  # type: ignore[call-arg]
+
+
+def test_key_frames_carry_the_content_region() -> None:
+    img = np.full((H, W, 3), 30, dtype=np.uint8)  # a dark slide
+    img[200:260, 300:900] = 220  # light 'text' block
+    img[400:430, 300:500] = 200
+    d = ChangeTracker().update(VideoFrame(t_media=0.0, image=img, index=0, fps=FPS))
+    assert d.key and d.content_bbox is not None
+    x0, y0, x1, y1 = d.content_bbox
+    assert x0 <= 300 and y0 <= 200 and x1 >= 900 and y1 >= 430
+    assert x0 >= 300 - 32 and y0 >= 200 - 32 and x1 <= 900 + 32 and y1 <= 430 + 32
+    blank = np.full((H, W, 3), 128, dtype=np.uint8)
+    d = ChangeTracker().update(VideoFrame(t_media=0.0, image=blank, index=0, fps=FPS))
+    assert d.key and d.content_bbox is None

@@ -30,7 +30,7 @@ from streamfuse.vision import (
     reading_order,
     same_text_state,
 )
-from streamfuse.vision.ocr import clean_lines
+from streamfuse.vision.ocr import _StreamText, clean_lines
 
 pytestmark = pytest.mark.unit
 
@@ -231,16 +231,34 @@ def test_policy_chooses_resolution_and_roi_and_sees_feedback() -> None:
     k0 = KeyFrame(**{**_fields(k0), "reason": "first"})
     k1 = KeyFrame(**{**_fields(key(30, 1.0)), "changed_bbox": (80, 380, 700, 460)})
     events = asyncio.run(run_stage(stage, [k0, k1]))
-    assert [c.det_max_side_px for c in engine.calls] == [640, 320]
+    # 320 px for the 1280-px frame is a 1/4 scale: the 620x80 ROI is detected at 155 px.
+    assert [c.det_max_side_px for c in engine.calls] == [640, 155]
     assert engine.calls[1].shape == (80, 620, 3)  # only the ROI was read
     second = events[1].data
     assert [ln["text"] for ln in second["lines"]] == ["Title", "new bullet"]
     assert second["lines"][1]["box"] == [100, 400, 560, 440]  # back in frame pixels
     assert second["roi"] == [80, 380, 700, 460]
-    assert [o.resolution for o in policy.observations] == [(640, 360), (320, 41)]
+    assert [o.resolution for o in policy.observations] == [(640, 360), (155, 20)]
     assert policy.observations[1].n_lines == 2
     assert policy.observations[0].mean_conf == pytest.approx(0.99)
     assert all(o.ocr_ms == 12.5 for o in policy.observations)
+
+
+def test_content_crop_reads_only_the_content_and_drops_nothing_outside() -> None:
+    engine = ScriptedEngine([[line("Only text", 10, 10, 310, 50)]])
+    policy = FixedResolution(960, content_crop=True)
+    stage = OcrStage(engine=engine, policy=policy)
+    # A previous reading had a line outside the new content region: with a content crop
+    # nothing can be there any more, so it is not carried over.
+    stage._streams["main"] = _StreamText(lines=[line("old text", 900, 600, 1200, 650)])
+    k1 = KeyFrame(**{**_fields(key(30, 1.0)), "content_bbox": (100, 200, 740, 440)})
+    events = asyncio.run(run_stage(stage, [k1]))
+    assert engine.calls[0].shape == (240, 640, 3)
+    assert engine.calls[0].det_max_side_px == 480  # the frame's 0.75 scale applied to 640 px
+    assert [ln["text"] for ln in events[0].data["lines"]] == ["Only text"]
+    assert events[0].data["lines"][0]["box"] == [110, 210, 410, 250]
+    blank = KeyFrame(**{**_fields(key(0, 0.0)), "content_bbox": None})
+    assert policy.plan(blank).roi is None
 
 
 def _fields(k: KeyFrame) -> dict[str, object]:

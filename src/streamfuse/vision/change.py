@@ -67,6 +67,7 @@ class ChangeDecision:
     still: bool
     bbox: BBox
     t_changed: float
+    content_bbox: BBox | None = None
 
 
 class ChangeTracker:
@@ -94,7 +95,8 @@ class ChangeTracker:
             self._tracks[frame.stream_id] = track
             track.last = frame
             track.keys += 1
-            return ChangeDecision(True, "first", 1.0, True, (0, 0, w, h), frame.t_media)
+            content = _content_bbox(thumb, w, h, cfg.content_delta)
+            return ChangeDecision(True, "first", 1.0, True, (0, 0, w, h), frame.t_media, content)
 
         # Still: few cells moved since the start of the current still run.
         moved = np.count_nonzero(np.abs(thumb - track.anchor) > cfg.still_delta) / thumb.size
@@ -126,7 +128,10 @@ class ChangeTracker:
             reason = "change"
         elif frame.t_media - track.pending_t >= cfg.max_wait_s:
             reason = "timeout"
-        decision = ChangeDecision(reason is not None, reason, frac, settled, bbox, track.pending_t)
+        content = _content_bbox(thumb, w, h, cfg.content_delta) if reason is not None else None
+        decision = ChangeDecision(
+            reason is not None, reason, frac, settled, bbox, track.pending_t, content
+        )
         if reason is not None:
             track.ref = thumb
             track.pending_t = None
@@ -138,32 +143,39 @@ class ChangeTracker:
         out = []
         for track in self._tracks.values():
             if track.pending_t is not None and track.last is not None:
-                out.append(
-                    (
-                        track.last,
-                        ChangeDecision(
-                            True, "end", track.last_frac, False, track.last_bbox, track.pending_t
-                        ),
-                    )
+                content = None
+                if track.last_thumb is not None:
+                    w, h = track.last.size
+                    content = _content_bbox(track.last_thumb, w, h, self.config.content_delta)
+                decision = ChangeDecision(
+                    True, "end", track.last_frac, False, track.last_bbox, track.pending_t, content
                 )
+                out.append((track.last, decision))
                 if track.last_thumb is not None:
                     track.ref = track.last_thumb
                 track.pending_t = None
         return out
 
 
-def _bbox(mask: np.ndarray, w: int, h: int) -> BBox:
-    """Bounding box of the changed cells in original pixels, padded by one cell."""
+def _content_bbox(thumb: np.ndarray, w: int, h: int, delta: int) -> BBox | None:
+    """Where the picture is not plain background (the median grey level); None when blank."""
+    background = int(np.median(thumb))
+    box = _bbox(np.abs(thumb - background) > delta, w, h, pad_cells=2)
+    return None if box[2] <= box[0] or box[3] <= box[1] else box
+
+
+def _bbox(mask: np.ndarray, w: int, h: int, pad_cells: int = 1) -> BBox:
+    """Bounding box of the set cells of `mask` in original pixels, padded by `pad_cells`."""
     th, tw = mask.shape
     rows = np.flatnonzero(mask.any(axis=1))
     cols = np.flatnonzero(mask.any(axis=0))
     if rows.size == 0:
         return (0, 0, 0, 0)
     sx, sy = w / tw, h / th
-    x0 = max(0, int((cols[0] - 1) * sx))
-    y0 = max(0, int((rows[0] - 1) * sy))
-    x1 = min(w, int(np.ceil((cols[-1] + 2) * sx)))
-    y1 = min(h, int(np.ceil((rows[-1] + 2) * sy)))
+    x0 = max(0, int((cols[0] - pad_cells) * sx))
+    y0 = max(0, int((rows[0] - pad_cells) * sy))
+    x1 = min(w, int(np.ceil((cols[-1] + 1 + pad_cells) * sx)))
+    y1 = min(h, int(np.ceil((rows[-1] + 1 + pad_cells) * sy)))
     return (x0, y0, x1, y1)
 
 
@@ -177,6 +189,7 @@ def _key(frame: VideoFrame, d: ChangeDecision) -> KeyFrame:
         index=frame.index,
         changed_bbox=d.bbox,
         changed_frac=d.changed_frac,
+        content_bbox=d.content_bbox,
         t_changed=d.t_changed,
         reason=d.reason,
     )

@@ -66,6 +66,13 @@ class ChangeDetectorConfig(BaseModel):
         description="Read a changed picture after this long even if it never settles "
         "(video or animation inside a slide, camera shake), so text is not starved.",
     )
+    content_delta: int = Field(
+        8,
+        ge=1,
+        le=255,
+        description="A thumbnail cell holds content (for the key frame's `content_bbox`) when "
+        "it differs from the median (background) grey level by more than this.",
+    )
     compensate_brightness: bool = Field(
         True,
         description="Subtract the median thumbnail difference before thresholding, so an "
@@ -143,6 +150,13 @@ class OcrConfig(BaseModel):
         "when it has the same number of lines and each line matches its counterpart with at "
         "least this similarity (normalized Indel ratio, case- and whitespace-insensitive) "
         "and the same digits.",
+    )
+    content_crop: bool = Field(
+        True,
+        description="Default policy: read only the key frame's content region (everything that "
+        "is not plain background, padded), at the frame's detector scale. Slides use 10-70% "
+        "of the picture, so this saves up to ~half the detector work; a busy background "
+        "simply yields the whole frame.",
     )
     min_interval_s: float = Field(
         0.0,

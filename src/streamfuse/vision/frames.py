@@ -31,6 +31,9 @@ class KeyFrame(Frame):
     changed_bbox: BBox = (0, 0, 0, 0)
     #: Fraction of thumbnail cells that differ from the previous key frame, in [0, 1].
     changed_frac: float = 1.0
+    #: Region holding anything but the dominant background colour (None: unknown or blank).
+    #: Text cannot lie outside it, so reading only this region loses nothing.
+    content_bbox: BBox | None = None
     #: Media time of the first frame that showed the change (before settling).
     t_changed: float = 0.0
     reason: KeyReason = "change"

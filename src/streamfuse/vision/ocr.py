@@ -278,7 +278,9 @@ class OcrStage(Stage):
             config = config.ocr
         self.config = config or OcrConfig()
         self.policy = policy or FixedResolution(
-            self.config.det_max_side_px, min_interval_s=self.config.min_interval_s
+            self.config.det_max_side_px,
+            min_interval_s=self.config.min_interval_s,
+            content_crop=self.config.content_crop,
         )
         self.engine = engine or RapidOcrEngine(self.config)
         self._streams: dict[str, _StreamText] = {}
@@ -302,11 +304,16 @@ class OcrStage(Stage):
         roi = _clip_roi(plan.roi, w, h)
         full = roi == (0, 0, w, h)
         image = frame.image if full else frame.image[roi[1] : roi[3], roi[0] : roi[2]]
-        reading = await self.run_blocking(self.engine.read, image, plan.det_max_side_px)
+        # The plan's resolution is for the whole frame; a ROI is read at the same scale, so a
+        # smaller region costs proportionally less detector work.
+        scale = min(1.0, plan.det_max_side_px / max(w, h))
+        det_side = max(32, round(max(roi[2] - roi[0], roi[3] - roi[1]) * scale))
+        reading = await self.run_blocking(self.engine.read, image, det_side)
         lines = clean_lines(reading.lines, self.config)
         if not full:
             lines = [ln.shifted(roi[0], roi[1]) for ln in lines]
-            lines += [ln for ln in state.lines if not _center_inside(ln.box, roi)]
+            if plan.carry_over:
+                lines += [ln for ln in state.lines if not _center_inside(ln.box, roi)]
         lines = reading_order(
             lines, row_overlap=self.config.row_overlap, column_gap=self.config.column_gap_px
         )
