@@ -17,11 +17,8 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
-from functools import cache
-from typing import Any
 
 import numpy as np
-from opentelemetry import metrics
 
 from streamfuse.audio.config import AsrConfig
 from streamfuse.audio.policy import LocalAgreement, Word, join_words
@@ -30,20 +27,13 @@ from streamfuse.audio.vad import GateEvent, SileroVad, SpeechGate, VadChunk
 from streamfuse.errors import StageError
 from streamfuse.frames import AudioFrame, EventFrame, Frame, now_wall
 from streamfuse.pipeline.stage import Stage
-from streamfuse.telemetry import names
+from streamfuse.telemetry.metrics import instruments
 
 log = logging.getLogger(__name__)
 
 SAMPLE_RATE = 16_000
 _MAX_GAP_FILL_S = 5.0
 _TAIL_S = 1.5
-
-
-@cache
-def _commit_latency() -> Any:
-    return metrics.get_meter(names.METER_NAME).create_histogram(
-        names.ASR_COMMIT_LATENCY, unit="s", description="Arrival of a word's end to its commit"
-    )
 
 
 class AsrStage(Stage):
@@ -244,7 +234,9 @@ class AsrStage(Stage):
     def _asr_event(self, words: Sequence[Word]) -> EventFrame:
         self._history.extend(words)
         arrival = self._arrival_of(words[-1].t_end)
-        _commit_latency().record(max(0.0, now_wall() - arrival), {"stage": self.name})
+        instruments().asr_commit_latency.record(
+            max(0.0, now_wall() - arrival), {"stage": self.name}
+        )
         return EventFrame(
             type="asr",
             stream_id=self._stream_id,
