@@ -199,7 +199,7 @@ def test_stage_emits_one_event_per_distinct_text_state() -> None:
     assert first.data["lines"][0] == {"text": "Title A", "box": [100, 50, 600, 110], "conf": 0.99}
     assert first.data["resolution"] == [960, 540]
     assert first.data["n_lines"] == 2 and first.data["ocr_ms"] == 12.5
-    assert first.data["roi"] == [0, 0, 1280, 720]
+    assert first.data["roi"] == [0, 0, 1280, 720] and first.data["scale"] == 0.75
     assert events[2].data["lines"] == []  # the text went away: that is a new state too
     record = first.to_record(emitted_wall=100.5)
     assert record["latency_ms"] == 500.0 and record["t_start"] == 0.0

@@ -1,15 +1,18 @@
 """OCR of key frames: one `ocr` event per distinct on-screen text state.
 
-`OcrStage` consumes `KeyFrame`s (link it with `OverloadPolicy.LATEST_ONLY`: a newer key frame
-replaces a waiting one, so OCR never builds a backlog). Per frame it asks its
-`ResolutionPolicy` for a plan (detector resolution, ROI, interval), runs the `OcrEngine`
-(rapidocr + onnxruntime by default) on its worker thread, drops junk lines, sorts the rest in
-reading order and emits an `ocr` EventFrame unless the text equals the last emitted state of the
-stream (tolerating small OCR noise). Event fields: `lines` (`text`, `box` [x0, y0, x1, y1] in
-original frame pixels, `conf`), `text`, `n_lines`, `resolution` [w, h] of the detector input,
-`roi`, `ocr_ms`, `mean_conf`, `frame_index`, `t_changed`, `reason`. `t_start` = `t_end` = media
-time of the key frame (the text is observed then and holds until the next `ocr` event, which a
-live stream cannot know in advance); `latency_ms` runs from the key frame's arrival.
+`OcrStage` consumes `KeyFrame`s (link it with `OverloadPolicy.LATEST_ONLY` for live input: a
+newer key frame replaces a waiting one, so OCR never builds a backlog; `BLOCK` for offline runs
+that must read every slide). Per frame it asks its `ResolutionPolicy` for a plan (detector
+resolution, ROI, interval), runs the `OcrEngine` (rapidocr + onnxruntime by default) on its
+worker thread, drops junk lines, sorts the rest in reading order and emits an `ocr` EventFrame
+unless the text equals the last emitted state of the stream (tolerating small OCR noise).
+
+Event fields: `lines` (`text`, `box` [x0, y0, x1, y1] in original frame pixels, `conf`), `text`
+(lines joined by newlines), `n_lines`, `resolution` [w, h] of the detector input, `scale`
+(detector pixels per frame pixel), `roi`, `ocr_ms`, `mean_conf`, `frame_index`, `t_changed`,
+`reason`. `t_start` = `t_end` = media time of the key frame: the text is observed then and holds
+until the next `ocr` event, which a live stream cannot know in advance. `latency_ms` runs from
+the key frame's arrival.
 """
 
 from __future__ import annotations
@@ -326,6 +329,7 @@ class OcrStage(Stage):
                 ocr_ms=reading.ocr_ms,
                 wait_ms=max(0.0, start - frame.arrival_wall) * 1000.0,
                 resolution=reading.resolution,
+                scale=scale,
                 roi=roi,
                 n_lines=len(lines),
                 mean_conf=mean_conf,
@@ -349,6 +353,7 @@ class OcrStage(Stage):
                 "text": "\n".join(ln.text for ln in lines),
                 "n_lines": len(lines),
                 "resolution": list(reading.resolution),
+                "scale": round(scale, 4),
                 "roi": list(roi),
                 "ocr_ms": round(reading.ocr_ms, 1),
                 "mean_conf": None if mean_conf is None else round(mean_conf, 3),

@@ -57,6 +57,8 @@ class OcrObservation:
     wait_ms: float
     #: Detector input (width, height) in pixels.
     resolution: tuple[int, int]
+    #: Detector pixels per original frame pixel (the frame-level resolution choice).
+    scale: float
     #: Region that was read, original pixels.
     roi: BBox
     n_lines: int
