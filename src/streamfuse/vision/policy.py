@@ -57,8 +57,6 @@ class OcrObservation:
     wait_ms: float
     #: Detector input (width, height) in pixels.
     resolution: tuple[int, int]
-    #: Detector pixels per original frame pixel (the frame-level resolution choice).
-    scale: float
     #: Region that was read, original pixels.
     roi: BBox
     n_lines: int
@@ -66,6 +64,8 @@ class OcrObservation:
     mean_conf: float | None
     #: Key frames waiting at the OCR input when the read finished.
     backlog: int
+    #: Detector pixels per original frame pixel (the frame-level resolution choice).
+    scale: float = 1.0
 
 
 class ResolutionPolicy(ABC):
