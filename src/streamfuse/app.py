@@ -11,6 +11,7 @@ import asyncio
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,9 +20,13 @@ from streamfuse.audio import AsrConfig, AsrStage
 from streamfuse.errors import SourceError
 from streamfuse.frames import ErrorFrame
 from streamfuse.pipeline import OverloadPolicy, Pipeline, Stage
+from streamfuse.qos.adaptive import AdaptiveConfig, AdaptiveResolution
+from streamfuse.qos.signals import QosSignals
 from streamfuse.sinks.base import EventSink
 from streamfuse.sources.media import MediaSource
-from streamfuse.vision import ChangeDetector, OcrStage, VisionConfig
+from streamfuse.vision import ChangeDetector, OcrStage, ResolutionPolicy, VisionConfig
+
+VisionPolicy = Literal["fixed", "dynamic", "article"]
 
 
 class StreamfuseConfig(BaseModel):
@@ -37,6 +42,23 @@ class StreamfuseConfig(BaseModel):
         3000, ge=50, le=100_000, description="20 ms audio windows buffered before ASR (60 s)."
     )
     vision: VisionConfig = Field(default_factory=VisionConfig)
+    vision_policy: VisionPolicy = Field(
+        "fixed",
+        description="How OCR chooses resolution, region and interval per key frame: `fixed` "
+        "(`vision.ocr.det_max_side_px`, content region), `dynamic` (feedback controller on "
+        "the OCR latency budget, changed-region ROI, jump suppression) or `article` (the "
+        "article's F15 rule).",
+    )
+    ocr_budget_s: float = Field(
+        1.0,
+        gt=0.0,
+        le=60.0,
+        description="OCR event latency budget (key-frame arrival to result), s; the `dynamic` "
+        "policy steers to it.",
+    )
+    adaptive: AdaptiveConfig = Field(
+        default_factory=AdaptiveConfig, description="Tuning of the adaptive vision policies."
+    )
     asr_config: AsrConfig = Field(default_factory=AsrConfig)
 
 
@@ -47,6 +69,11 @@ class Job:
     pipeline: Pipeline
     sources: list[MediaSource]
     warnings: list[ErrorFrame] = field(default_factory=list)
+    #: Per stream id: its OCR stage and that stage's resolution policy.
+    ocr_stages: dict[str, OcrStage] = field(default_factory=dict)
+    policies: dict[str, ResolutionPolicy] = field(default_factory=dict)
+    #: Signals shared by the adaptive policies (None with the fixed policy).
+    signals: QosSignals | None = None
     cpu_start_s: float = field(default_factory=lambda: _cpu_s())
     wall_start_s: float = field(default_factory=time.monotonic)
 
@@ -84,6 +111,13 @@ async def build_pipeline(
     pipeline = Pipeline("streamfuse")
     sources: list[MediaSource] = []
     warnings: list[ErrorFrame] = []
+    ocr_stages: dict[str, OcrStage] = {}
+    policies: dict[str, ResolutionPolicy] = {}
+    signals: QosSignals | None = None
+    if config.ocr and config.vision_policy != "fixed":
+        signals = QosSignals()
+        if sinks:  # ASR latency reaches the vision policies through the emitted events
+            sinks[0].listeners.append(signals.on_record)
     for i, location in enumerate(inputs):
         stream_id = Path(location).stem if len(inputs) == 1 else f"{i}:{Path(location).stem}"
         source = MediaSource(
@@ -100,7 +134,18 @@ async def build_pipeline(
         branch_ends: list[Stage] = []
         if config.ocr and source.has_video:
             change = ChangeDetector(config.vision, name=f"change:{stream_id}")
-            ocr = OcrStage(config.vision, name=f"ocr:{stream_id}")
+            vision_policy: ResolutionPolicy | None = None
+            if config.vision_policy != "fixed":
+                vision_policy = AdaptiveResolution.from_config(
+                    config.adaptive,
+                    kind=config.vision_policy,
+                    budget_s=config.ocr_budget_s,
+                    realtime=config.realtime,
+                    signals=signals,
+                )
+            ocr = OcrStage(config.vision, policy=vision_policy, name=f"ocr:{stream_id}")
+            ocr_stages[stream_id] = ocr
+            policies[stream_id] = ocr.policy
             pipeline.link(source, change, maxsize=config.video_queue)
             # Live, OCR only ever needs the newest settled picture, so it never builds a
             # backlog; offline (as fast as possible) nothing is skipped.
@@ -122,7 +167,14 @@ async def build_pipeline(
                 pipeline.link(end, sink, maxsize=256)
         if not branch_ends:
             raise SourceError(f"{location}: nothing to do with the selected paths")
-    return Job(pipeline=pipeline, sources=sources, warnings=warnings)
+    return Job(
+        pipeline=pipeline,
+        sources=sources,
+        warnings=warnings,
+        ocr_stages=ocr_stages,
+        policies=policies,
+        signals=signals,
+    )
 
 
 def _note(stream_id: str, location: str, message: str) -> ErrorFrame:

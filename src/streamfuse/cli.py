@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -27,6 +28,14 @@ app = typer.Typer(
     help="streamfuse: live OCR + speech timeline from media streams, within a latency budget.",
 )
 err = Console(stderr=True)
+
+
+class VisionPolicyChoice(StrEnum):
+    fixed = "fixed"
+    dynamic = "dynamic"
+    article = "article"
+
+
 out = Console()
 
 REPO_ASSETS = Path(__file__).resolve().parents[2] / "assets"
@@ -103,11 +112,33 @@ def run(
         bool | None,
         typer.Option("--live/--no-live", help="Live terminal view (default: on a TTY)."),
     ] = None,
+    vision_policy: Annotated[
+        VisionPolicyChoice | None,
+        typer.Option(
+            "--vision-policy",
+            help="OCR resolution policy: fixed, dynamic (latency-budget feedback, changed-region "
+            "ROI) or article (F15 rule). Default: the configuration's.",
+        ),
+    ] = None,
+    ocr_budget_s: Annotated[
+        float | None,
+        typer.Option("--ocr-budget-s", help="OCR latency budget in seconds (default 1.0)."),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run media inputs through the pipeline and print / write the live timeline."""
     _setup_logging(verbose)
-    code = _run_main(inputs, realtime, out_path, asr_model, ocr, asr, live)
+    code = _run_main(
+        inputs,
+        realtime,
+        out_path,
+        asr_model,
+        ocr,
+        asr,
+        live,
+        vision_policy=vision_policy.value if vision_policy else None,
+        ocr_budget_s=ocr_budget_s,
+    )
     raise typer.Exit(code)
 
 
@@ -119,6 +150,9 @@ def _run_main(
     ocr: bool,
     asr: bool,
     live: bool | None,
+    *,
+    vision_policy: str | None = None,
+    ocr_budget_s: float | None = None,
 ) -> int:
     from pydantic import ValidationError
 
@@ -127,7 +161,12 @@ def _run_main(
     if not (ocr or asr):
         raise _fail("both --no-ocr and --no-asr: nothing to do")
     try:
-        config = StreamfuseConfig(realtime=realtime, ocr=ocr, asr=asr)
+        extra: dict[str, Any] = {}
+        if vision_policy is not None:
+            extra["vision_policy"] = vision_policy
+        if ocr_budget_s is not None:
+            extra["ocr_budget_s"] = ocr_budget_s
+        config = StreamfuseConfig(realtime=realtime, ocr=ocr, asr=asr, **extra)
         config.asr_config = config.asr_config.model_copy(update={"model": asr_model})
     except ValidationError as e:
         raise _fail(f"invalid option: {e.errors()[0]['msg']}") from None

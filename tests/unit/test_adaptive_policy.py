@@ -1,0 +1,295 @@
+"""The adaptive vision policy on scripted observations: it steps down under overload (latency over
+budget, backlog), back up when the load clears, never changes faster than its dwell time, reads
+the changed region (clipped to the frame) and the whole frame on a stream's first key frame."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import numpy as np
+import pytest
+
+from streamfuse.qos.adaptive import (
+    AdaptiveConfig,
+    AdaptiveResolution,
+    frame_ladder,
+    select_roi,
+)
+from streamfuse.qos.feedback import SystemProbe
+from streamfuse.qos.signals import QosSignals, SharedCpuProbe
+from streamfuse.qos.smoothing import JumpSuppressionConfig
+from streamfuse.vision.frames import BBox, KeyFrame
+from streamfuse.vision.policy import OcrObservation
+
+pytestmark = pytest.mark.unit
+
+W, H = 1280, 720
+IMAGE = np.zeros((H, W, 3), np.uint8)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class FixedProbe(SystemProbe):
+    """A probe reporting a scripted CPU utilization (no psutil, no GPU)."""
+
+    def __init__(self, cpu: float = 0.5) -> None:
+        self.util = cpu
+        self._nvml = None
+        self._handle = None
+
+    def cpu(self) -> float:
+        return self.util
+
+
+def key(
+    stream: str = "s",
+    *,
+    changed: BBox = (0, 0, W, H),
+    content: BBox | None = None,
+    reason: str = "change",
+    index: int = 30,
+) -> KeyFrame:
+    return KeyFrame(
+        stream_id=stream,
+        t_media=index / 30.0,
+        image=IMAGE,
+        index=index,
+        changed_bbox=changed,
+        content_bbox=content,
+        reason=reason,  # type: ignore[arg-type]
+    )
+
+
+def obs(
+    stream: str = "s", *, ocr_ms: float, wait_ms: float = 0.0, backlog: int = 0, conf: float = 0.9
+) -> OcrObservation:
+    return OcrObservation(
+        stream_id=stream,
+        t_media=0.0,
+        ocr_ms=ocr_ms,
+        wait_ms=wait_ms,
+        resolution=(640, 352),
+        roi=(0, 0, W, H),
+        n_lines=3,
+        mean_conf=conf,
+        backlog=backlog,
+    )
+
+
+def make(
+    clock: Clock,
+    *,
+    realtime: bool = True,
+    start: int | None = 640,
+    probe: SystemProbe | None = None,
+    kind: str = "dynamic",
+    signals: QosSignals | None = None,
+) -> AdaptiveResolution:
+    cfg = AdaptiveConfig(
+        start_side_px=start,
+        suppression=JumpSuppressionConfig(min_dwell_s=1.0, up_dwell_s=3.0, blend_s=0.0),
+        latency_alpha=1.0,  # scripted latencies take effect at once
+    )
+    policy = AdaptiveResolution.from_config(
+        cfg,
+        kind=kind,  # type: ignore[arg-type]
+        budget_s=1.0,
+        realtime=realtime,
+        signals=signals or QosSignals(probe=probe or FixedProbe()),
+        clock=clock,
+    )
+    return policy
+
+
+def side(policy: AdaptiveResolution, stream: str = "s") -> int:
+    return policy.plan(key(stream)).det_max_side_px
+
+
+def test_ladder_is_clipped_to_the_frame() -> None:
+    assert [r.long_side_px for r in frame_ladder((1280, 720))] == [1280, 1024, 960, 800, 640]
+    assert frame_ladder((1920, 1080))[0].long_side_px == 1920
+    odd = frame_ladder((1100, 620))
+    assert odd[0].long_side_px == 1088 and odd[1].long_side_px == 1024  # native size on top
+    assert [r.long_side_px for r in frame_ladder((400, 300))] == [384]
+
+
+def test_steps_down_on_latency_over_budget_and_back_up_when_it_clears() -> None:
+    clock = Clock()
+    policy = make(clock, start=None)  # start at the top rung
+    assert side(policy) == 1280
+    sides = []
+    for _ in range(4):
+        clock.t += 1.5
+        policy.observe(obs(ocr_ms=900, wait_ms=600))  # 1.5 s > 0.9 x budget
+        sides.append(side(policy))
+    assert sides == [1024, 960, 800, 640]
+    ups = []
+    for _ in range(12):
+        clock.t += 1.5
+        policy.observe(obs(ocr_ms=150))  # predicted at the next rung stays < 0.6 x budget
+        ups.append(side(policy))
+    assert ups[-1] == 1280
+    assert ups == sorted(ups)  # only up while the load is clear
+    st = policy.stats()["s"]
+    assert st.stepped_down and st.stepped_up_after_down()
+
+
+def test_backlog_alone_is_overload() -> None:
+    clock = Clock()
+    policy = make(clock, start=None)
+    side(policy)
+    clock.t += 1.5
+    policy.observe(obs(ocr_ms=100, backlog=3))
+    assert side(policy) == 1024
+    assert "queue" in policy.stats()["s"].history[-1].reason
+
+
+def test_slow_start_begins_at_the_floor_and_climbs_with_headroom() -> None:
+    clock = Clock()
+    policy = make(clock)
+    assert AdaptiveConfig().start_side_px == 640  # the shipped default: start low
+    assert side(policy) == 640
+    for _ in range(6):
+        clock.t += 4.0
+        policy.observe(obs(ocr_ms=100))
+    assert side(policy) > 640
+
+
+def test_never_changes_faster_than_the_dwell_time() -> None:
+    clock = Clock()
+    policy = make(clock, start=None)
+    side(policy)
+    rng = np.random.default_rng(0)
+    for _ in range(400):  # feedback flapping every 50 ms between overload and idle
+        clock.t += 0.05
+        overloaded = rng.random() < 0.5
+        policy.observe(obs(ocr_ms=2000 if overloaded else 50))
+    hist = policy.stats()["s"].history
+    assert len(hist) > 3  # it did adapt
+    for a, b in pairwise(hist[1:]):
+        assert b.t_s - a.t_s >= 1.0 - 1e-9
+        if b.rung_index < a.rung_index or b.interval_s < a.interval_s:  # a step up
+            assert b.t_s - a.t_s >= 3.0 - 1e-9
+    for a, b in pairwise(hist):
+        assert abs(b.rung_index - a.rung_index) <= 1  # one rung per change
+
+
+def test_streams_are_independent() -> None:
+    clock = Clock()
+    policy = make(clock, start=None)
+    side(policy, "a")
+    side(policy, "b")
+    for _ in range(3):
+        clock.t += 1.5
+        policy.observe(obs("a", ocr_ms=3000))
+        policy.observe(obs("b", ocr_ms=100))
+    assert side(policy, "a") < 1280 and side(policy, "b") == 1280
+
+
+def test_interval_only_when_skipping_is_allowed() -> None:
+    for realtime in (True, False):
+        clock = Clock()
+        policy = make(clock, realtime=realtime)
+        for _ in range(10):
+            clock.t += 1.5
+            policy.plan(key())
+            policy.observe(obs(ocr_ms=4000))
+        interval = policy.plan(key()).min_interval_s
+        assert (interval > 0) is realtime
+
+
+def test_roi_is_the_changed_region_and_the_whole_frame_first() -> None:
+    clock = Clock()
+    policy = make(clock, start=None)
+    first = policy.plan(key(changed=(100, 100, 300, 200), reason="first"))
+    assert first.roi is None  # first key frame of the stream: whole frame
+    plan = policy.plan(key(changed=(100, 100, 300, 200)))
+    assert plan.roi is not None and plan.carry_over
+    x0, y0, x1, y1 = plan.roi
+    assert x0 < 100 and y0 < 100 and x1 > 300 and y1 > 200  # padded
+    assert x1 - x0 < 300 and y1 - y0 < 200  # but only a margin
+    edge = policy.plan(key(changed=(1200, 650, W, H))).roi
+    assert edge is not None and edge[2] == W and edge[3] == H  # clipped to the frame
+    assert policy.plan(key(changed=(0, 0, W, H))).roi is None  # a new slide: whole frame
+    area = policy.stats()["s"].roi_ratio
+    assert 0.0 < area < 1.0
+
+
+def test_roi_prefers_the_smaller_of_changed_and_content_region() -> None:
+    content = (64, 64, 700, 400)
+    roi, carry = select_roi((W, H), (0, 0, W, H), content)
+    assert roi == content and not carry  # nothing outside the content can hold text
+    roi, carry = select_roi((W, H), (80, 300, 500, 360), content)
+    assert roi is not None and carry and roi[1] > 64  # only the new line, keep the rest
+    roi, carry = select_roi((W, H), (80, 300, 500, 360), content, first=True)
+    assert roi == content and not carry
+    assert select_roi((W, H), (0, 0, 0, 0), None) == (None, True)
+
+
+def test_roi_ratio_below_one_shrinks_the_region() -> None:
+    roi, _ = select_roi((W, H), (0, 0, W, H), None, roi_ratio=0.6)
+    assert roi is not None
+    area = (roi[2] - roi[0]) * (roi[3] - roi[1]) / (W * H)
+    assert 0.55 < area <= 0.61
+
+
+def test_article_rule_fires_on_asr_latency_low_confidence_and_busy_cpu() -> None:
+    clock = Clock()
+    probe = FixedProbe(cpu=0.95)
+    signals = QosSignals(probe=probe, alpha=1.0)
+    policy = make(clock, kind="article", signals=signals)
+    assert side(policy) == 1280
+    clock.t += 2.0
+    policy.observe(obs(ocr_ms=200, conf=0.5))  # no ASR latency yet: the rule cannot fire
+    assert side(policy) == 1280
+    signals.on_record({"type": "asr", "stream_id": "s", "latency_ms": 450.0})
+    for _ in range(4):
+        clock.t += 2.0
+        policy.observe(obs(ocr_ms=200, conf=0.5))
+    plan = policy.plan(key(changed=(0, 0, W, H)))
+    assert plan.det_max_side_px == 800  # two thirds of native, nearest rung (853 -> 800)
+    assert plan.roi is not None  # ROI ratio 0.6
+    probe.util = 0.3  # the machine is no longer busy: back to full size
+    for _ in range(6):
+        clock.t += 4.0
+        policy.observe(obs(ocr_ms=200, conf=0.5))
+    assert side(policy) == 1280
+
+
+def test_stats_jitter_is_total_change_over_frames() -> None:
+    clock = Clock()
+    policy = make(clock, start=None)
+    side(policy)
+    for _ in range(2):
+        clock.t += 1.5
+        policy.observe(obs(ocr_ms=2000))
+    st = policy.stats({"s": 301})["s"]
+    assert [c.side_px for c in st.history] == [1280, 1024, 960]
+    assert st.jitter_px_per_frame == pytest.approx((256 + 64) / 300)
+    assert st.frames == 301 and st.reads == 1
+    assert st.to_record()["history"][1]["side_px"] == 1024
+
+
+def test_signals_keep_asr_latency_per_stream() -> None:
+    signals = QosSignals(probe=FixedProbe(), alpha=0.5)
+    assert signals.asr_latency_s("a") is None
+    signals.on_record({"type": "asr", "stream_id": "a", "latency_ms": 400.0})
+    signals.on_record({"type": "asr", "stream_id": "a", "latency_ms": 200.0})
+    signals.on_record({"type": "ocr", "stream_id": "a", "latency_ms": 9000.0})
+    assert signals.asr_latency_s("a") == pytest.approx(0.3)
+    assert signals.asr_latency_s("b") is None
+
+
+def test_shared_cpu_probe_is_cached_between_refreshes() -> None:
+    clock = Clock()
+    probe = SharedCpuProbe(period_s=1.0, clock=clock)
+    first = probe.cpu()
+    assert probe.cpu() == first  # within the period: no new sample
+    clock.t += 1.5
+    assert 0.0 <= probe.cpu() <= 1.0
