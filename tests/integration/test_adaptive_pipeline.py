@@ -66,7 +66,9 @@ def test_job_builds_one_adaptive_policy_per_stream(assets: Path) -> None:
     finally:
         for source in job.sources:
             asyncio.run(source.close())
-    fixed = asyncio.run(build_pipeline([str(clip)], StreamfuseConfig(asr=False), [sink]))
+    fixed = asyncio.run(
+        build_pipeline([str(clip)], StreamfuseConfig(asr=False, vision_policy="fixed"), [sink])
+    )
     assert fixed.signals is None
     assert not isinstance(fixed.policies["short"], AdaptiveResolution)
     asyncio.run(fixed.sources[0].close())
