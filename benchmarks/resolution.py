@@ -445,6 +445,11 @@ def multi_stream(
             "process_cpu_s": round(r["process_cpu_s"], 2),
             "wall_s": round(r["wall_s"], 2),
             "errors": _errors(r["records"]),
+            "ocr_latencies_s": [
+                [x["stream_id"], x["t_start"], round(x["latency_ms"] / 1000.0, 3)]
+                for x in r["records"]
+                if x["type"] == "ocr"
+            ],
         }
         stats = r["stats"]
         if stats:
@@ -580,7 +585,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clip", type=Path, default=DEMO, help="clip for (a) (and full b, c)")
     parser.add_argument("--streams", type=int, default=4)
     parser.add_argument("--budget-s", type=float, default=1.0)
-    parser.add_argument("--hog-workers", type=int, default=2)
+    parser.add_argument(
+        "--hog-workers",
+        type=int,
+        default=2 * (os.cpu_count() or 2),
+        help="CpuHog processes (default: twice the cores)",
+    )
     parser.add_argument(
         "--start-side-px",
         type=int,
