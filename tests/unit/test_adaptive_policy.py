@@ -293,3 +293,15 @@ def test_shared_cpu_probe_is_cached_between_refreshes() -> None:
     assert probe.cpu() == first  # within the period: no new sample
     clock.t += 1.5
     assert 0.0 <= probe.cpu() <= 1.0
+
+
+def test_start_and_floor_fit_any_frame_size() -> None:
+    clock = Clock()
+    for start in (32, 640, 8000, None):
+        policy = AdaptiveResolution.from_config(
+            AdaptiveConfig(start_side_px=start), signals=QosSignals(probe=FixedProbe()), clock=clock
+        )
+        small = KeyFrame(stream_id="s", t_media=0.0, image=np.zeros((300, 400, 3), np.uint8))
+        assert policy.plan(small).det_max_side_px == 384  # the only rung of a 400x300 ladder
+        big = key("b")
+        assert policy.plan(big).det_max_side_px in (640, 1280)

@@ -1,16 +1,18 @@
 """`AdaptiveResolution`: the OCR stage's `ResolutionPolicy` driven by live feedback (F15, F16).
 
-One instance serves any number of streams and keeps independent state per `stream_id`: a
-`ResolutionScheduler` (controller + jump suppression) over a ladder clipped to the stream's
-frame size, and a `FeedbackTracker`. Per key frame `plan` turns the applied `Decision` into an
-`OcrPlan`: the detector long side from the rung (ramped through the suppression window), the OCR
-interval (only where skipping is allowed, i.e. live input), and a region of interest: the key
-frame's changed region plus a margin, so only new or changed text is re-read (lines outside it
-are carried over by the stage); the whole frame for a stream's first key frame and for large
-changes; shrunk to the decision's ROI ratio when that is below 1. After each read `observe`
-feeds latency (key-frame arrival to result: wait + OCR), confidence, backlog, machine CPU load
-and the stream's ASR latency (from `QosSignals`) back into the scheduler. `stats()` reports per
-stream the jitter (px per video frame), the ROI ratio read and the rung history.
+One instance can serve several streams and keeps independent state per `stream_id` (the app
+builds one per stream): a `ResolutionScheduler` (controller + jump suppression) over a ladder
+clipped to the stream's frame size, and a `FeedbackTracker`. Per key frame `plan` turns the
+applied `Decision` into an `OcrPlan`: the detector long side from the rung (ramped through the
+suppression window), the OCR interval (only where skipping is allowed, i.e. live input), and a
+region of interest: the smaller of the key frame's content region (nothing outside it can hold
+text) and its changed region plus a margin (only new or changed text is re-read; the stage
+carries the lines outside it over), never the changed region on a stream's first key frame or
+for a change covering most of the frame; shrunk to the decision's ROI ratio when that is below
+1. After each read `observe` feeds latency (key-frame arrival to result: wait + OCR),
+confidence, backlog, machine CPU load and the stream's ASR latency (from `QosSignals`) back into
+the scheduler. `stats()` reports per stream the jitter (px per video frame), the ROI ratio read
+and the rung history.
 
 Optionally a learned `ResolutionHead` names the smallest rung the content needs; the plan then
 uses the smaller of what the content needs and what the load allows.
@@ -403,18 +405,17 @@ class AdaptiveResolution(ResolutionPolicy):
                     )
                 controller = ArticleRule(art, ladder)
             else:
-                fb = feedback
-                floor = ladder.lowest
-                start = None
+                top = min(feedback.top_rung, ladder.lowest)
+                floor = ladder.lowest if feedback.floor_rung is None else feedback.floor_rung
+                floor = max(top, min(floor, ladder.lowest))
+                start = feedback.start_rung
                 if cfg.start_side_px is not None:
-                    s = cfg.start_side_px / max(frame_wh)
-                    start = ladder.nearest(round(frame_wh[0] * s), round(frame_wh[1] * s))
-                fb = fb.model_copy(
-                    update={
-                        "top_rung": min(fb.top_rung, floor),
-                        "floor_rung": None if fb.floor_rung is None else min(fb.floor_rung, floor),
-                        "start_rung": start if start is not None else fb.start_rung,
-                    }
+                    k = cfg.start_side_px / max(frame_wh)
+                    start = ladder.nearest(round(frame_wh[0] * k), round(frame_wh[1] * k))
+                if start is not None:
+                    start = min(max(start, top), floor)
+                fb = feedback.model_copy(
+                    update={"top_rung": top, "floor_rung": floor, "start_rung": start}
                 )
                 controller = FeedbackController(fb, ladder)
             return ResolutionScheduler(controller, cfg.suppression)
