@@ -25,6 +25,7 @@ from streamfuse.lm.kv_pool import KVPool
 from streamfuse.lm.quant import DenseLinear, Int8Linear, Linear
 
 SLIDING = "sliding_attention"
+_SDPA_MIN_ROWS = 32
 FULL = "full_attention"
 
 
@@ -135,12 +136,13 @@ def _rope_tables(
     t = torch.arange(positions, dtype=torch.float64) / factor
     freqs = torch.outer(t, inv)
     emb = torch.cat([freqs, freqs], dim=-1)
-    return emb.cos().float().contiguous(), emb.sin().float().contiguous()
+    # rotate_half(x) = roll(x, d/2) * (-1 on the first half): the sign is folded into sin.
+    sign = torch.cat([-torch.ones(head_dim // 2), torch.ones(head_dim // 2)]).double()
+    return emb.cos().float().contiguous(), (emb.sin() * sign).float().contiguous()
 
 
-def _rotate_half(x: Tensor) -> Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+def _rope(x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
+    return x * cos + torch.roll(x, x.shape[-1] // 2, dims=-1) * signed_sin
 
 
 class GemmaModel:
@@ -153,6 +155,11 @@ class GemmaModel:
         self.embed_scale = math.sqrt(config.hidden_size)
         self._rope_len = 0
         self._rope: dict[str, tuple[Tensor, Tensor]] = {}
+        c = config
+        self._qk_norm = [
+            torch.cat([lw.q_norm.expand(c.num_heads, -1), lw.k_norm.expand(c.num_kv_heads, -1)])
+            for lw in weights.layers
+        ]
 
     # -- helpers -----------------------------------------------------------------------------
     def _ensure_rope(self, positions: int) -> None:
@@ -195,8 +202,8 @@ class GemmaModel:
         if max_end > pool.max_tokens:
             raise ValueError(f"segment ends at {max_end} > slot size {pool.max_tokens}")
         self._ensure_rope(max_end)
+        s0 = segments[0]
         if len(segments) == 1:
-            s0 = segments[0]
             pos = torch.arange(s0.start, s0.start + s0.length)
             slot_idx = torch.full((rows,), s0.slot, dtype=torch.long)
         else:
@@ -217,24 +224,32 @@ class GemmaModel:
             cos, sin = rope[kind]
             h = self._norm(x, lw.attn_norm)
             qkv = lw.qkv(h)
-            q = self._norm(qkv[:, :q_width].view(rows, H, D), lw.q_norm)
-            k = self._norm(qkv[:, q_width : q_width + kv_width].view(rows, KV, D), lw.k_norm)
+            # q and k heads side by side: one RMSNorm (per-head multipliers) and one RoPE.
+            qk = qkv[:, : q_width + kv_width].view(rows, H + KV, D)
+            qk = F.rms_norm(qk, (D,), None, c.rms_norm_eps).mul_(self._qk_norm[li])
+            rot = torch.roll(qk, D // 2, dims=-1)  # (x2, x1); rotate_half's sign is in `sin`
+            qk = qk.mul_(cos[:, None, :]).addcmul_(rot, sin[:, None, :])
+            q, k = qk[:, :H], qk[:, H:]
             v = qkv[:, q_width + kv_width :].view(rows, KV, D)
-            cs, sn = cos[:, None, :], sin[:, None, :]
-            q = q * cs + _rotate_half(q) * sn
-            k = k * cs + _rotate_half(k) * sn
             # Write K/V in place: the pool tensors are (slots, kv, tokens, dim); index the
             # (slots, tokens) pair through a permuted view so no copy is made.
             pool.k[li].permute(0, 2, 1, 3).index_put_((slot_idx, pos), k)
             pool.v[li].permute(0, 2, 1, 3).index_put_((slot_idx, pos), v)
             window = c.sliding_window if kind == SLIDING else None
-            attn = torch.empty(rows, q_width)
-            r0 = 0
-            for s in segments:
-                attn[r0 : r0 + s.length] = self._attend(
-                    q[r0 : r0 + s.length], pool.k[li][s.slot], pool.v[li][s.slot], s.start, window
-                )
-                r0 += s.length
+            if len(segments) == 1:
+                attn = self._attend(q, pool.k[li][s0.slot], pool.v[li][s0.slot], s0.start, window)
+            else:
+                attn = torch.empty(rows, q_width)
+                r0 = 0
+                for s in segments:
+                    attn[r0 : r0 + s.length] = self._attend(
+                        q[r0 : r0 + s.length],
+                        pool.k[li][s.slot],
+                        pool.v[li][s.slot],
+                        s.start,
+                        window,
+                    )
+                    r0 += s.length
             x = x + self._norm(lw.o(attn), lw.post_attn_norm)
             h = self._norm(x, lw.pre_ffn_norm)
             gate, up = lw.gate_up(h).chunk(2, dim=-1)
@@ -260,13 +275,33 @@ class GemmaModel:
         keys = kc[:, lo:end]  # (kv, L, d) view of the pool, no copy
         vals = vc[:, lo:end]
         kvh, g = c.num_kv_heads, c.num_heads // c.num_kv_heads
+        if n > _SDPA_MIN_ROWS and c.attn_logit_softcapping is None:
+            # Prompt chunks: torch's fused kernel (no materialized scores). Decode and draft
+            # verification (few rows) keep the explicit path below, so their numerics match.
+            qpos = torch.arange(start, end)[:, None]
+            kpos = torch.arange(lo, end)[None, :]
+            allowed = kpos <= qpos
+            if window is not None:
+                allowed &= kpos > qpos - window
+            o = F.scaled_dot_product_attention(
+                q.transpose(0, 1)[None],
+                keys[None],
+                vals[None],
+                attn_mask=allowed,
+                scale=self.scale,
+                enable_gqa=True,
+            )
+            return o[0].transpose(0, 1).reshape(n, c.num_heads * c.head_dim)
         # (n, H, d) -> (kv, g*n, d): heads of one kv group share its keys.
-        qh = q.view(n, kvh, g, c.head_dim).permute(1, 2, 0, 3).reshape(kvh, g * n, c.head_dim)
+        if n == 1:
+            qh = q.reshape(kvh, g, c.head_dim)
+        else:
+            qh = q.view(n, kvh, g, c.head_dim).permute(1, 2, 0, 3).reshape(kvh, g * n, c.head_dim)
         scores = torch.matmul(qh, keys.transpose(1, 2)).mul_(self.scale)
         if c.attn_logit_softcapping is not None:
             cap = c.attn_logit_softcapping
             scores = torch.tanh(scores / cap).mul_(cap)
-        if n > 1 or (window is not None and end - lo > window):
+        if n > 1:
             qpos = torch.arange(start, end)[:, None]
             kpos = torch.arange(lo, end)[None, :]
             allowed = kpos <= qpos
@@ -279,6 +314,8 @@ class GemmaModel:
             )
         probs = torch.softmax(scores, dim=-1)
         out = torch.matmul(probs, vals)  # (kv, g*n, d)
+        if n == 1:
+            return out.reshape(1, c.num_heads * c.head_dim)
         return (
             out.view(kvh, g, n, c.head_dim).permute(2, 0, 1, 3).reshape(n, c.num_heads * c.head_dim)
         )
@@ -302,6 +339,6 @@ class GemmaModel:
             cs, sn = cos[shift], sin[shift]
             kc, vc = pool.k[li][slot], pool.v[li][slot]  # (kv, T, d)
             moved = kc[:, src:length]
-            kc[:, sink : sink + keep] = moved * cs - _rotate_half(moved) * sn
+            kc[:, sink : sink + keep] = _rope(moved, cs, -sn)  # rotate by -shift
             vc[:, sink : sink + keep] = vc[:, src:length].clone()
         return sink + keep

@@ -80,3 +80,22 @@ def tiny_model(
 ) -> GemmaModel:
     config = config or tiny_config()
     return model_from_state(config, tiny_state(config, seed), weights)
+
+
+class CharTokenizer:
+    """One id per character (ids 4..vocab-1), for the tiny model; 2 = <bos>, 1 = <eos>."""
+
+    bos_id: int | None = 2
+    eos_id: int | None = 1
+    stop_ids: tuple[int, ...] = (1,)
+
+    def __init__(self, vocab_size: int = 96) -> None:
+        self.vocab_size = vocab_size
+
+    def encode(self, text: str, *, add_bos: bool = False) -> list[int]:
+        span = self.vocab_size - 4
+        ids = [4 + (ord(ch) - 32) % span for ch in text]
+        return [2, *ids] if add_bos else ids
+
+    def decode(self, ids: list[int], *, skip_special: bool = True) -> str:
+        return "".join(chr(32 + i - 4) for i in ids if i >= 4)

@@ -1,0 +1,300 @@
+"""The `lm` pipeline stage: a rolling per-stream context of the timeline, and answers to prompts.
+
+Input: `ocr` / `asr` events (context) and `TextFrame`s (prompts, e.g. a text input stream).
+Every new context event is appended at once to the stream's engine session (prefilled in the
+background, so a question finds its context already computed); the session keeps the first
+tokens and the most recent window when the slot fills (sink + window). A prompt (a TextFrame,
+or the configured `ask` when it is due: on each new slide and every `ask_every_s` of media
+time) starts a generation whose text streams out as `lm_token` events and ends as one `lm`
+event. A newer prompt for the same stream cuts a running answer at a token boundary (its `lm`
+event says `interrupted`). The question and answer are rolled back out of the context.
+
+Output events: `lm_token` {text, request, prompt} and `lm` {text, prompt, request, finish,
+interrupted, n_tokens, context_tokens, ttft_ms, tok_s}. Their `t_media`/`t_end` span the
+context the answer saw; `arrival_wall` is when the prompt's trigger arrived, so `latency_ms` is
+time to the token (or to the full answer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from streamfuse.frames import EventFrame, Frame, TextFrame
+from streamfuse.lm.config import LMConfig
+from streamfuse.lm.engine import LMEngine, Request, RequestHandle
+from streamfuse.pipeline.stage import Stage
+
+log = logging.getLogger(__name__)
+
+
+class TextCodec(Protocol):
+    """What the stage needs from a tokenizer (`Tokenizer` or a test double)."""
+
+    bos_id: int | None
+    stop_ids: tuple[int, ...]
+
+    def encode(self, text: str, *, add_bos: bool = False) -> list[int]: ...
+
+    def decode(self, ids: list[int], *, skip_special: bool = True) -> str: ...
+
+
+class LMStageConfig(BaseModel):
+    """Configuration of the `lm` stage (the engine's own settings are in `lm`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    lm: LMConfig = Field(default_factory=LMConfig)
+    ask: str | None = Field(
+        default=None, description="Question asked about the live context (None: prompts only)."
+    )
+    ask_every_s: float = Field(
+        default=30.0, gt=0.0, le=3600.0, description="Media seconds between repeated asks."
+    )
+    ask_on_slide: bool = Field(default=True, description="Also ask when a new slide is read.")
+    ask_at_end: bool = Field(default=True, description="Ask once more at the end of the stream.")
+    max_new_tokens: int = Field(default=48, ge=1, le=4096)
+    context_types: tuple[str, ...] = ("ocr", "asr")
+    header: str = Field(
+        default="Live notes. Timeline of slide text (SLIDE) and speech (SPEECH):\n",
+        description="Text that opens every stream's context (the attention-sink tokens).",
+    )
+    question_template: str = "\nQuestion: {prompt}\nAnswer:"
+    stop_at_newline: bool = Field(default=True, description="An answer ends at a line break.")
+    poll_s: float = Field(
+        default=0.05, gt=0.0, le=1.0, description="How often tokens are forwarded while idle."
+    )
+
+
+@dataclass
+class _Answer:
+    handle: RequestHandle
+    prompt: str
+    t_start: float
+    t_end: float
+    arrival_wall: float
+    queue: asyncio.Queue[list[int]] = field(default_factory=asyncio.Queue)
+    text: str = ""
+    emitted_ids: int = 0
+
+
+@dataclass
+class _StreamState:
+    context_tokens: int = 0
+    t_first: float | None = None
+    t_last: float = 0.0
+    last_slide: str = ""
+    last_ask_t: float | None = None
+    new_since_ask: bool = False
+    answer: _Answer | None = None
+
+
+class LMStage(Stage):
+    """Rolling timeline context per stream + prompted, streamed, interruptible answers."""
+
+    input_types = (EventFrame, TextFrame)
+
+    def __init__(
+        self,
+        config: LMStageConfig | None = None,
+        *,
+        engine: LMEngine | None = None,
+        tokenizer: TextCodec | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(name or "lm", threads=1)
+        self.config = config or LMStageConfig()
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self._streams: dict[str, _StreamState] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    async def setup(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        if self.engine is None or self.tokenizer is None:
+            from streamfuse.lm.loader import load_model
+
+            model, tok = await self.run_blocking(load_model, self.config.lm.model)
+            if tok is None:
+                raise ValueError(f"model {self.config.lm.model.source!r} has no tokenizer.json")
+            self.engine = self.engine or LMEngine(model, self.config.lm)
+            self.tokenizer = self.tokenizer or tok
+        self.engine.start()
+
+    async def teardown(self) -> None:
+        if self.engine is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.engine.stop)
+
+    # -- frames -------------------------------------------------------------------------------
+    async def process(self, frame: Frame) -> AsyncIterator[Frame]:
+        st = self._streams.setdefault(frame.stream_id, _StreamState())
+        prompt: str | None = None
+        if isinstance(frame, TextFrame):
+            prompt = frame.text.strip() or None
+        elif isinstance(frame, EventFrame) and frame.type in self.config.context_types:
+            slide = self._add_context(frame, st)
+            prompt = self._due_ask(frame, st, slide)
+        for out in self._drain(frame.stream_id, st):
+            yield out
+        if prompt is not None:
+            async for out in self._ask(frame, st, prompt):
+                yield out
+        # Stream tokens while no new input waits; return as soon as some does.
+        while st.answer is not None and self.backlog == 0:
+            await self._wait_tokens(st.answer)
+            for out in self._drain(frame.stream_id, st):
+                yield out
+
+    async def flush(self) -> AsyncIterator[Frame]:
+        cfg = self.config
+        for stream_id, st in self._streams.items():
+            if cfg.ask and cfg.ask_at_end and st.new_since_ask and st.context_tokens:
+                cause = EventFrame(
+                    type="end", stream_id=stream_id, t_media=st.t_last, t_end=st.t_last
+                )
+                async for out in self._ask(cause, st, cfg.ask):
+                    yield out
+            while st.answer is not None:
+                await self._wait_tokens(st.answer)
+                for out in self._drain(stream_id, st):
+                    yield out
+
+    # -- context ------------------------------------------------------------------------------
+    def _add_context(self, ev: EventFrame, st: _StreamState) -> bool:
+        """Append an event to the stream's session; returns True if it is a new slide."""
+        assert self.engine is not None and self.tokenizer is not None
+        text = " ".join(str(ev.data.get("text", "")).split())
+        if not text:
+            return False
+        is_slide = ev.type == "ocr"
+        if is_slide and text == st.last_slide:
+            return False  # the same slide read again
+        if is_slide:
+            st.last_slide = text
+        label = "SLIDE" if is_slide else "SPEECH"
+        line = f"[{ev.t_media:.1f}s] {label}: {text}\n"
+        ids = self.tokenizer.encode(line)
+        if st.context_tokens == 0:
+            ids = self.tokenizer.encode(self.config.header, add_bos=True) + ids
+            st.t_first = ev.t_media
+        self.engine.feed(ev.stream_id, ids)
+        st.context_tokens += len(ids)
+        st.t_last = max(st.t_last, ev.t_end)
+        st.new_since_ask = True
+        return is_slide
+
+    def _due_ask(self, ev: EventFrame, st: _StreamState, slide: bool) -> str | None:
+        cfg = self.config
+        if cfg.ask is None or not st.new_since_ask:
+            return None
+        if slide and cfg.ask_on_slide:
+            return cfg.ask
+        if st.last_ask_t is None or ev.t_media - st.last_ask_t >= cfg.ask_every_s:
+            return cfg.ask
+        return None
+
+    # -- answers ------------------------------------------------------------------------------
+    async def _ask(self, cause: Frame, st: _StreamState, prompt: str) -> AsyncIterator[Frame]:
+        assert self.engine is not None and self.tokenizer is not None
+        if st.answer is not None:  # a newer question makes the running answer stale: cut it
+            self.engine.cancel(st.answer.handle, reason="interrupted")
+            for out in self._drain(cause.stream_id, st):
+                yield out
+        ids = self.tokenizer.encode(self.config.question_template.format(prompt=prompt))
+        if st.context_tokens == 0:
+            ids = self.tokenizer.encode(self.config.header, add_bos=True) + ids
+        req = Request(
+            prompt_ids=tuple(ids),
+            max_new_tokens=self.config.max_new_tokens,
+            session=cause.stream_id,
+            keep_output=False,
+            stop_ids=self._stops(),
+        )
+        handle = self.engine.submit(req)
+        answer = _Answer(
+            handle=handle,
+            prompt=prompt,
+            t_start=st.t_first if st.t_first is not None else cause.t_media,
+            t_end=max(st.t_last, cause.t_media),
+            arrival_wall=cause.arrival_wall,
+        )
+        loop = self._loop
+        assert loop is not None
+
+        def forward(_h: RequestHandle, new: list[int]) -> None:  # engine thread -> event loop
+            loop.call_soon_threadsafe(answer.queue.put_nowait, new)
+
+        handle.on_tokens(forward)
+        st.answer = answer
+        st.last_ask_t = cause.t_media
+        st.new_since_ask = False
+
+    async def _wait_tokens(self, answer: _Answer) -> None:
+        try:
+            item = await asyncio.wait_for(answer.queue.get(), timeout=self.config.poll_s)
+            answer.queue.put_nowait(item)  # _drain consumes it
+        except TimeoutError:
+            pass
+
+    def _drain(self, stream_id: str, st: _StreamState) -> list[Frame]:
+        """Token events for what the running answer produced so far, and its end."""
+        a = st.answer
+        if a is None:
+            return []
+        assert self.tokenizer is not None
+        while not a.queue.empty():
+            a.queue.get_nowait()
+        h = a.handle
+        out: list[Frame] = []
+        ids = list(h.tokens)
+        text = self.tokenizer.decode(self._strip_stop(ids))
+        if not text.endswith("\ufffd") and len(text) > len(a.text):
+            delta = text[len(a.text) :]
+            a.text = text
+            out.append(self._event("lm_token", stream_id, a, {"text": delta}))
+        if h.done:
+            tok_s = 0.0
+            if h.first_token_wall and h.finished_wall and len(ids) > 1:
+                tok_s = (len(ids) - 1) / max(1e-9, h.finished_wall - h.first_token_wall)
+            ttft = (h.first_token_wall - h.submitted_wall) * 1000 if h.first_token_wall else None
+            data = {
+                "text": a.text.strip(),
+                "finish": h.finish_reason,
+                "interrupted": h.finish_reason == "interrupted",
+                "n_tokens": len(ids),
+                "context_tokens": st.context_tokens,
+                "ttft_ms": round(ttft, 1) if ttft is not None else None,
+                "tok_s": round(tok_s, 1),
+            }
+            out.append(self._event("lm", stream_id, a, data))
+            st.answer = None
+        return out
+
+    def _stops(self) -> tuple[int, ...]:
+        assert self.tokenizer is not None
+        stops = list(self.tokenizer.stop_ids)
+        if self.config.stop_at_newline:
+            for nl in ("\n", "\n\n"):
+                stops += self.tokenizer.encode(nl)[-1:]
+        return tuple(dict.fromkeys(stops))
+
+    def _strip_stop(self, ids: list[int]) -> list[int]:
+        return ids[:-1] if ids and ids[-1] in self._stops() else ids
+
+    def _event(
+        self, kind: str, stream_id: str, a: _Answer, data: Mapping[str, object]
+    ) -> EventFrame:
+        return EventFrame(
+            type=kind,
+            stream_id=stream_id,
+            t_media=a.t_start,
+            t_end=a.t_end,
+            arrival_wall=a.arrival_wall,
+            data={**data, "prompt": a.prompt, "request": a.handle.id},
+        )

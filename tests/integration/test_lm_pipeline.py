@@ -1,0 +1,74 @@
+"""The `lm` stage in a real pipeline: timeline events in, streamed answers out (tiny model)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from streamfuse.frames import EventFrame, Frame, TextFrame
+from streamfuse.lm.config import LMConfig
+from streamfuse.lm.engine import LMEngine
+from streamfuse.lm.stage import LMStage, LMStageConfig
+from streamfuse.lm.tiny import CharTokenizer, tiny_model
+from streamfuse.pipeline import Pipeline
+from streamfuse.sinks import CollectSink
+from streamfuse.sources.base import Source
+
+pytestmark = pytest.mark.integration
+
+
+class ListSource(Source):
+    def __init__(self, frames: list[Frame], stream_id: str = "talk") -> None:
+        super().__init__("list", stream_id=stream_id)
+        self._frames = frames
+
+    async def frames(self) -> AsyncIterator[Frame]:
+        for f in self._frames:
+            await asyncio.sleep(0)
+            yield f
+
+
+def _stage(**cfg: object) -> tuple[LMStage, LMEngine]:
+    lm = LMConfig.model_validate({"pool": {"num_slots": 2, "max_tokens": 256}})
+    engine = LMEngine(tiny_model(seed=3), lm)
+    config = LMStageConfig(lm=lm, max_new_tokens=12, stop_at_newline=False, **cfg)
+    return LMStage(config, engine=engine, tokenizer=CharTokenizer()), engine
+
+
+def _ev(kind: str, t: float, text: str) -> EventFrame:
+    return EventFrame(type=kind, stream_id="talk", t_media=t, t_end=t + 1.0, data={"text": text})
+
+
+def test_context_events_and_prompts_become_streamed_answers() -> None:
+    stage, engine = _stage(ask="what is on the slide?", ask_every_s=1000.0)
+    frames: list[Frame] = [
+        _ev("ocr", 0.0, "Quarterly results"),
+        _ev("asr", 1.0, "revenue grew by twelve percent"),
+        _ev("asr_partial", 1.5, "ignored partial"),
+        TextFrame(stream_id="talk", t_media=2.0, text="who presented?"),
+        _ev("asr", 3.0, "costs stayed flat"),
+    ]
+    sink = CollectSink()
+    pipe = Pipeline("lm-test")
+    pipe.link(ListSource(frames), stage)
+    pipe.link(stage, sink)
+    asyncio.run(asyncio.wait_for(pipe.run(), 60))
+
+    answers = sink.of_type("lm")
+    prompts = [a["prompt"] for a in answers]
+    # The slide triggers the configured ask, the text frame is a prompt, the end asks again.
+    assert prompts[0] == "what is on the slide?"
+    assert "who presented?" in prompts
+    assert prompts[-1] == "what is on the slide?"
+    for a in answers:
+        tokens = [t for t in sink.of_type("lm_token") if t["request"] == a["request"]]
+        assert "".join(t["text"] for t in tokens).strip() == a["text"]
+        assert a["n_tokens"] >= 1 and a["finish"] in ("length", "stop", "interrupted")
+        assert a["t_start"] == 0.0
+    # The context holds the timeline (partials excluded); questions were rolled back out.
+    ctx = CharTokenizer().decode(engine.session_context("talk"))
+    assert "SLIDE: Quarterly results" in ctx and "costs stayed flat" in ctx
+    assert "ignored partial" not in ctx and "Question" not in ctx
+    assert not engine.running_in_background  # teardown stopped the engine thread

@@ -1,0 +1,39 @@
+"""The `lm` stage cuts a running answer when a newer prompt arrives (tiny model, no pipeline)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from streamfuse.frames import TextFrame
+from streamfuse.lm.config import LMConfig
+from streamfuse.lm.engine import LMEngine
+from streamfuse.lm.stage import LMStage, LMStageConfig
+from streamfuse.lm.tiny import CharTokenizer, tiny_model
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_newer_prompt_interrupts_the_running_answer() -> None:
+    async def scenario() -> list[dict]:
+        lm = LMConfig.model_validate({"pool": {"num_slots": 1, "max_tokens": 256}})
+        engine = LMEngine(tiny_model(seed=4), lm)
+        cfg = LMStageConfig(lm=lm, max_new_tokens=200, stop_at_newline=False)
+        stage = LMStage(cfg, engine=engine, tokenizer=CharTokenizer())
+        stage._bind_backlog(lambda: 1)  # input is waiting: process() returns right away
+        await stage.setup()
+        out = [f async for f in stage.process(TextFrame(stream_id="s", text="first question"))]
+        while not engine._running or not engine._running[0].handle.tokens:
+            await asyncio.sleep(0.001)
+        out += [f async for f in stage.process(TextFrame(stream_id="s", text="second"))]
+        stage._bind_backlog(lambda: 0)
+        out += [f async for f in stage.flush()]
+        await stage.teardown()
+        assert engine.pool.num_free == 0  # the session keeps its slot, idle
+        return [f.to_record() for f in out if f.type == "lm"]
+
+    answers = asyncio.run(asyncio.wait_for(scenario(), 60))
+    assert [a["prompt"] for a in answers] == ["first question", "second"]
+    assert answers[0]["interrupted"] is True and 1 <= answers[0]["n_tokens"] < 200
+    assert answers[1]["finish"] == "length" and answers[1]["n_tokens"] == 200
