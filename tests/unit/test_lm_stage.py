@@ -24,8 +24,9 @@ def test_a_newer_prompt_interrupts_the_running_answer() -> None:
         stage._bind_backlog(lambda: 1)  # input is waiting: process() returns right away
         await stage.setup()
         out = [f async for f in stage.process(TextFrame(stream_id="s", text="first question"))]
-        while not engine._running or not engine._running[0].handle.tokens:
-            await asyncio.sleep(0.001)
+        first = stage._streams["s"].answer
+        assert first is not None
+        await first.queue.get()  # the engine thread delivered the first tokens
         out += [f async for f in stage.process(TextFrame(stream_id="s", text="second"))]
         stage._bind_backlog(lambda: 0)
         out += [f async for f in stage.flush()]
