@@ -8,8 +8,9 @@ at which rapidocr reads its text (CER <= 2%; cached under build/reshead/, resuma
 10) -> train the depthwise-separable CNN (torch) -> choose the decision threshold on a
 validation split -> fold BatchNorm, export ONNX -> static INT8 quantization (QDQ and QOperator,
 per-tensor and per-channel) -> latency FP32 vs INT8 (onnxruntime, 1 thread, median) and
-held-out accuracy -> write the models and a JSON report. Without --out the models go to
-src/streamfuse/vision/reshead/ (the ones the package ships).
+held-out accuracy -> write the models and a JSON report (build/reshead/report.json). Without
+--out the models go to src/streamfuse/vision/reshead/ (the ones the package ships); --quick
+writes to build/reshead/quick/ instead.
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ log = logging.getLogger("train_reshead")
 # (name, seed, smallest-text range in px on a 1920x1080 slide, frames full, frames --quick).
 # "natural" follows typical slides; "small" oversamples the small text where rungs differ.
 DATASETS = (
-    ("natural", 1234, (12, 72), 400, 120),
-    ("small", 1235, (9, 28), 200, 60),
+    ("natural", 1234, (12, 72), 500, 120),
+    ("small", 1235, (10, 28), 200, 60),
 )
 
 
@@ -65,13 +66,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=int, default=None, help="default 80 (quick: 15)")
     ap.add_argument("--max-train-s", type=float, default=420.0, help="training time cap, s")
     ap.add_argument("--workers", type=int, default=2, help="labelling processes (1 thread each)")
-    ap.add_argument("--out", type=Path, default=None, help="model folder (default: the package)")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="model folder (default: the package; with --quick: build/reshead/quick)",
+    )
     ap.add_argument("--target-accuracy", type=float, default=0.95, help="validation target")
     ap.add_argument("--bench-iters", type=int, default=600)
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("RapidOCR").setLevel(logging.ERROR)
-    out_dir: Path = args.out or PACKAGE_DIR
+    # --quick never overwrites the shipped models unless --out says so.
+    out_dir: Path = args.out or (BUILD / "quick" if args.quick else PACKAGE_DIR)
     ladder = DEFAULT_LADDER
     input_hw = DEFAULT_INPUT_HW
     epochs = args.epochs or (15 if args.quick else 80)
