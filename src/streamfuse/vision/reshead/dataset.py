@@ -141,13 +141,20 @@ def cached_thumbnails(
     input_hw: tuple[int, int] = DEFAULT_INPUT_HW,
     text_px: tuple[int, int] = DEFAULT_TEXT_PX,
 ) -> np.ndarray:
-    """`thumbnails`, cached in an .npz at `path` (recomputed when indices or size differ)."""
+    """`thumbnails`, cached in an .npz at `path`; missing frames are rendered and added."""
+    cached: dict[int, np.ndarray] = {}
     if path.exists():
         with np.load(path) as z:
-            if z["thumbs"].shape[1:] == tuple(input_hw) and list(z["indices"]) == list(indices):
-                return np.asarray(z["thumbs"])
-    log.info("rendering %d thumbnails at %s", len(indices), input_hw)
-    thumbs = thumbnails(indices, seed, input_hw, text_px)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(path, thumbs=thumbs, indices=np.asarray(indices))
-    return thumbs
+            if z["thumbs"].shape[1:] == tuple(input_hw):
+                cached = {int(i): t for i, t in zip(z["indices"], z["thumbs"], strict=True)}
+    missing = [i for i in indices if i not in cached]
+    if missing:
+        log.info("rendering %d thumbnails at %s", len(missing), input_hw)
+        for i, t in zip(missing, thumbnails(missing, seed, input_hw, text_px), strict=True):
+            cached[i] = t
+        keys = sorted(cached)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(
+            path, thumbs=np.stack([cached[i] for i in keys]), indices=np.asarray(keys)
+        )
+    return np.stack([cached[i] for i in indices])
