@@ -191,9 +191,25 @@ def main(argv: list[str] | None = None) -> int:
         "label_mode": "det",
         "max_cer": 0.02,
     }
+    # Headline figures travel with the model (benchmarks/resolution.py reads them).
+    meta["metrics"] = {
+        "params": params,
+        "macs": macs,
+        "flops": 2 * macs,
+        "fp32_ms": round(lat["fp32"], 4),
+        "int8_ms": round(lat[best], 4),
+        "int8_speedup": round(lat["fp32"] / lat[best], 3),
+        "accuracy": acc[best]["all"]["accuracy"],
+        "accuracy_natural": acc[best]["natural"]["accuracy"],
+        "exact": acc[best]["all"]["exact"],
+        "pixel_cost": acc[best]["all"]["cost"],
+        "n_test": acc[best]["all"]["n"],
+        "quick": args.quick,
+        "command": "python scripts/train_reshead.py" + (" --quick" if args.quick else ""),
+    }
     (out_dir / "resolution_head.json").write_text(json.dumps(meta, indent=2) + "\n")
     report = {
-        **meta,
+        **{k: v for k, v in meta.items() if k != "metrics"},
         "quick": args.quick,
         "frames": len(y),
         "split_sizes": {"train": int(tr.sum()), "val": int(va.sum()), "test": int(te.sum())},
