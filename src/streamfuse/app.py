@@ -8,6 +8,7 @@ every stream's events. Library users compose their own graphs with `Pipeline.lin
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -105,6 +106,26 @@ def _cpu_s() -> float:
     return float(t.user + t.system)
 
 
+def share_cores(config: StreamfuseConfig, n_streams: int) -> tuple[VisionConfig, AsrConfig]:
+    """Cap each stream's model threads at its share of the cores.
+
+    Every stream has its own OCR and ASR sessions; with more streams than cores, per-session
+    thread pools larger than the share only oversubscribe the CPU (threads preempt each other
+    mid-kernel) and raise every stream's latency.
+    """
+    share = max(1, (os.cpu_count() or 1) // max(1, n_streams))
+    ocr = config.vision.ocr
+    vision = config.vision.model_copy(
+        update={
+            "ocr": ocr.model_copy(update={"intra_op_threads": min(ocr.intra_op_threads, share)})
+        }
+    )
+    asr = config.asr_config.model_copy(
+        update={"cpu_threads": min(config.asr_config.cpu_threads, share)}
+    )
+    return vision, asr
+
+
 async def build_pipeline(
     inputs: list[str], config: StreamfuseConfig, sinks: list[EventSink]
 ) -> Job:
@@ -119,6 +140,7 @@ async def build_pipeline(
         signals = QosSignals()
         if sinks:  # ASR latency reaches the vision policies through the emitted events
             sinks[0].listeners.append(signals.on_record)
+    vision_config, asr_config = share_cores(config, len(inputs))
     for i, location in enumerate(inputs):
         stream_id = Path(location).stem if len(inputs) == 1 else f"{i}:{Path(location).stem}"
         source = MediaSource(
@@ -134,7 +156,7 @@ async def build_pipeline(
         sources.append(source)
         branch_ends: list[Stage] = []
         if config.ocr and source.has_video:
-            change = ChangeDetector(config.vision, name=f"change:{stream_id}")
+            change = ChangeDetector(vision_config, name=f"change:{stream_id}")
             vision_policy: ResolutionPolicy | None = None
             if config.vision_policy != "fixed":
                 vision_policy = AdaptiveResolution.from_config(
@@ -144,7 +166,7 @@ async def build_pipeline(
                     realtime=config.realtime,
                     signals=signals,
                 )
-            ocr = OcrStage(config.vision, policy=vision_policy, name=f"ocr:{stream_id}")
+            ocr = OcrStage(vision_config, policy=vision_policy, name=f"ocr:{stream_id}")
             ocr_stages[stream_id] = ocr
             policies[stream_id] = ocr.policy
             pipeline.link(source, change, maxsize=config.video_queue)
@@ -156,7 +178,7 @@ async def build_pipeline(
         elif config.ocr:
             warnings.append(_note(stream_id, location, "no video stream: OCR skipped"))
         if config.asr and source.has_audio:
-            asr = AsrStage(config.asr_config, name=f"asr:{stream_id}")
+            asr = AsrStage(asr_config, name=f"asr:{stream_id}")
             pipeline.link(source, asr, maxsize=config.audio_queue)
             branch_ends.append(asr)
         elif config.asr:

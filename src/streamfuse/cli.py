@@ -166,8 +166,9 @@ def _run_main(
             extra["vision_policy"] = vision_policy
         if ocr_budget_s is not None:
             extra["ocr_budget_s"] = ocr_budget_s
-        config = StreamfuseConfig(realtime=realtime, ocr=ocr, asr=asr, **extra)
-        config.asr_config = config.asr_config.model_copy(update={"model": asr_model})
+        config = StreamfuseConfig(
+            realtime=realtime, ocr=ocr, asr=asr, asr_config={"model": asr_model}, **extra
+        )
     except ValidationError as e:
         raise _fail(f"invalid option: {e.errors()[0]['msg']}") from None
     show_live = out.is_terminal if live is None else live

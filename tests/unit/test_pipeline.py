@@ -207,3 +207,18 @@ def test_graph_validation() -> None:
         asyncio.run(p.run())
     with pytest.raises(PipelineError, match="already has"):
         Pipeline().link(src, a).link(src, a, policy=OverloadPolicy.LATEST_ONLY)
+
+
+def test_streams_share_the_cores_between_their_model_threads() -> None:
+    import os
+
+    from streamfuse.app import StreamfuseConfig, share_cores
+
+    config = StreamfuseConfig()
+    cores = os.cpu_count() or 1
+    vision, asr = share_cores(config, 1)
+    assert vision.ocr.intra_op_threads == min(config.vision.ocr.intra_op_threads, cores)
+    assert asr.cpu_threads == min(config.asr_config.cpu_threads, cores)
+    vision, asr = share_cores(config, 4 * cores)
+    assert vision.ocr.intra_op_threads == 1 and asr.cpu_threads == 1
+    assert config.vision.ocr.intra_op_threads >= 1  # the shared config is not modified

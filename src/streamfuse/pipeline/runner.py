@@ -70,8 +70,7 @@ class Pipeline:
         if inbox is None:
             inbox = _Inbox(FrameQueue(maxsize, policy))
             self._inbox[id(consumer)] = inbox
-            queue = inbox.queue
-            consumer._bind_backlog(lambda: queue.data_depth)
+            consumer._bind_input(inbox.queue)
         elif inbox.queue.policy is not OverloadPolicy(policy):
             raise PipelineError(
                 f"stage {consumer.name!r} already has a {inbox.queue.policy} input; "

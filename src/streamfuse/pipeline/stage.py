@@ -20,6 +20,7 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 
 from streamfuse.frames import Frame
+from streamfuse.pipeline.queues import FrameQueue, OverloadPolicy
 
 T = TypeVar("T")
 
@@ -68,6 +69,7 @@ class Stage(ABC):
         self._threads = threads
         self._executor: ThreadPoolExecutor | None = None
         self._backlog: Callable[[], int] = lambda: 0
+        self._input_policy = OverloadPolicy.BLOCK
         #: Wall time (monotonic) the pipeline started streaming, set by the runner.
         self.started_wall: float | None = None
 
@@ -101,12 +103,19 @@ class Stage(ABC):
         """Data frames waiting at this stage's input right now (lets a stage coalesce work)."""
         return self._backlog()
 
+    @property
+    def input_policy(self) -> OverloadPolicy:
+        """The overload policy of this stage's input queue. A stage may skip superseded work
+        only when the policy is not BLOCK: a BLOCK link promises that nothing is lost."""
+        return self._input_policy
+
     # -- for the runner ---------------------------------------------------------------------
     def accepts(self, frame: Frame) -> bool:
         return isinstance(frame, self.input_types)
 
-    def _bind_backlog(self, fn: Callable[[], int]) -> None:
-        self._backlog = fn
+    def _bind_input(self, queue: FrameQueue) -> None:
+        self._backlog = lambda: queue.data_depth
+        self._input_policy = queue.policy
 
     def _shutdown_executor(self) -> None:
         if self._executor is not None:

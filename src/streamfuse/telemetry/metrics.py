@@ -41,6 +41,9 @@ class Instruments:
         self.event_latency = meter.create_histogram(
             names.EVENT_LATENCY, unit="s", description="Input arrival to event emission"
         )
+        self.ocr_resolution = meter.create_histogram(
+            names.OCR_RESOLUTION, unit="px", description="OCR detector input height"
+        )
         self.asr_commit_latency = meter.create_histogram(
             names.ASR_COMMIT_LATENCY, unit="s", description="Arrival of a word's end to its commit"
         )

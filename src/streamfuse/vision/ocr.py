@@ -24,17 +24,16 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 import numpy as np
-from opentelemetry import metrics
 from rapidfuzz import fuzz
 
 from streamfuse.errors import ModelError
 from streamfuse.frames import EventFrame, Frame, now_wall
+from streamfuse.pipeline.queues import OverloadPolicy
 from streamfuse.pipeline.stage import Stage
-from streamfuse.telemetry import names
+from streamfuse.telemetry.metrics import instruments
 from streamfuse.vision.config import OcrConfig, VisionConfig
 from streamfuse.vision.frames import BBox, KeyFrame
 from streamfuse.vision.layout import reading_order
@@ -248,13 +247,6 @@ def _center_inside(box: Box, roi: BBox) -> bool:
 # -- the stage -------------------------------------------------------------------------------
 
 
-@cache
-def _resolution_histogram() -> Any:
-    return metrics.get_meter(names.METER_NAME).create_histogram(
-        names.OCR_RESOLUTION, unit="px", description="OCR detector input height"
-    )
-
-
 @dataclass
 class _StreamText:
     lines: list[OcrLine] = field(default_factory=list)  # last emitted state
@@ -299,7 +291,7 @@ class OcrStage(Stage):
             wait_s = state.last_start_wall + plan.min_interval_s - now_wall()
             if wait_s > 0:
                 await asyncio.sleep(wait_s)
-                if self.backlog > 0:
+                if self.backlog > 0 and self.input_policy is not OverloadPolicy.BLOCK:
                     return  # rate-limited: a newer key frame arrived meanwhile, read that one
         start = now_wall()
         state.last_start_wall = start
@@ -336,7 +328,7 @@ class OcrStage(Stage):
                 backlog=self.backlog,
             )
         )
-        _resolution_histogram().record(reading.resolution[1], {"stage": self.name})
+        instruments().ocr_resolution.record(reading.resolution[1], {"stage": self.name})
         if same_text_state(lines, state.lines, line_similarity=self.config.dedup_line_similarity):
             log.debug("t=%.3f: text unchanged, nothing emitted", frame.t_media)
             return
