@@ -233,6 +233,9 @@ def _print_scores(result: dict[str, Any]) -> None:
         table.add_row(
             f"{kind} latency p50 / p95", f"{q['p50']:.0f} / {q['p95']:.0f} ms (n={q['n']})"
         )
+    if "asr_word_latency_ms" in result:
+        q = result["asr_word_latency_ms"]
+        table.add_row("asr word end -> commit p50 / p95", f"{q['p50']:.0f} / {q['p95']:.0f} ms")
     if "ocr_change_latency_ms" in result:
         q = result["ocr_change_latency_ms"]
         table.add_row("slide change -> ocr p50 / p95", f"{q['p50']:.0f} / {q['p95']:.0f} ms")

@@ -7,8 +7,8 @@
 - ASR WER: all committed `asr` text against all truth text, both normalized by Whisper's English
   normalizer (case, punctuation, spelled and written numbers), word edit distance / truth words.
 - Latency: p50 / p95 of `latency_ms` per event type; for realtime runs also the delay from a
-  slide appearing on screen to its first `ocr` event, and how long after the end of the stream
-  the last event came (`end_lag_s`).
+  slide appearing on screen to its first `ocr` event, the commit delay of every ASR word (its
+  end to its commit) and how long after the end of the stream the last event came (`end_lag_s`).
 - RTF: processing wall time / media duration (from the run's final `stats` event).
 """
 
@@ -157,4 +157,14 @@ def evaluate(truth: Truth, events: list[dict[str, Any]]) -> dict[str, Any]:
                 delays.append((first[0]["wall_s"] - slide.t_start) * 1000.0)
         if delays:
             result["ocr_change_latency_ms"] = _quantiles(delays)
+        # Per committed word, from its end on the media clock (= wall clock in a realtime run)
+        # to its commit: the figure streaming-ASR papers report (an event may hold several).
+        words = [
+            (e["wall_s"] - w["t_end"]) * 1000.0
+            for e in timed
+            if e["type"] == "asr"
+            for w in e.get("words", [])
+        ]
+        if words:
+            result["asr_word_latency_ms"] = _quantiles(words)
     return result

@@ -35,6 +35,7 @@ def _ocr(t: float, lines: list[str], latency: float, wall: float) -> dict:
 
 
 def _asr(t: float, text: str, latency: float) -> dict:
+    words = text.split()
     return {
         "type": "asr",
         "t_start": t,
@@ -42,6 +43,10 @@ def _asr(t: float, text: str, latency: float) -> dict:
         "latency_ms": latency,
         "text": text,
         "wall_s": t + 2,
+        "words": [
+            {"word": w, "t_start": t + i / len(words), "t_end": t + (i + 1) / len(words), "p": 1}
+            for i, w in enumerate(words)
+        ],
     }
 
 
@@ -82,6 +87,9 @@ def test_scores_cer_wer_latency_and_rtf(tmp_path: Path) -> None:
     # From slide appearance (media time = wall time in a realtime run) to the first ocr event.
     assert r["ocr_change_latency_ms"]["n"] == 2
     assert r["ocr_change_latency_ms"]["p50"] == pytest.approx(550.0)
+    # 4 + 6 words, committed 1 s after each event's last word: every word waited 1-2 s.
+    assert r["asr_word_latency_ms"]["n"] == 10
+    assert 1000.0 < r["asr_word_latency_ms"]["p50"] < 2000.0
 
 
 def test_missed_slide_counts_fully_and_wrong_words_count(tmp_path: Path) -> None:
