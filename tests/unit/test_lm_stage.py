@@ -21,14 +21,14 @@ def test_a_newer_prompt_interrupts_the_running_answer() -> None:
         engine = LMEngine(tiny_model(seed=4), lm)
         cfg = LMStageConfig(lm=lm, max_new_tokens=200, stop_at_newline=False)
         stage = LMStage(cfg, engine=engine, tokenizer=CharTokenizer())
-        stage._bind_backlog(lambda: 1)  # input is waiting: process() returns right away
+        stage._backlog = lambda: 1  # input is waiting: process() returns right away
         await stage.setup()
         out = [f async for f in stage.process(TextFrame(stream_id="s", text="first question"))]
         first = stage._streams["s"].answer
         assert first is not None
         await first.queue.get()  # the engine thread delivered the first tokens
         out += [f async for f in stage.process(TextFrame(stream_id="s", text="second"))]
-        stage._bind_backlog(lambda: 0)
+        stage._backlog = lambda: 0
         out += [f async for f in stage.flush()]
         await stage.teardown()
         assert engine.pool.num_free == 0  # the session keeps its slot, idle
