@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import heapq
 import logging
 import re
 from collections.abc import AsyncIterator, Generator
@@ -46,6 +47,7 @@ class MediaSource(Source):
         audio: bool = True,
         window_ms: float = 20.0,
         open_timeout_s: float = 10.0,
+        lookahead_s: float = 1.5,
     ) -> None:
         self.location = str(location)
         super().__init__(
@@ -56,6 +58,9 @@ class MediaSource(Source):
         self.want_audio = audio
         self.window_samples = round(AUDIO_RATE * window_ms / 1000.0)
         self.open_timeout_s = open_timeout_s
+        #: How far one stream may be decoded ahead of another while frames wait to go out in
+        #: time order (bounds the memory held: ~45 frames of video at 30 fps).
+        self.lookahead_s = lookahead_s
         self._container: Any = None
         self.has_video = False
         self.has_audio = False
@@ -110,18 +115,50 @@ class MediaSource(Source):
         )
 
     async def frames(self) -> AsyncIterator[Frame]:
+        """Frames in media-time order across streams, each released when it is due.
+
+        Containers interleave streams in chunks (audio often sits up to ~1 s behind the video
+        of the same time), so decoding order is not time order. Frames wait in a small heap
+        until every stream has been decoded past them, then leave in time order: a live
+        consumer sees audio and video arrive together, as from a real feed.
+        """
         if self._container is None:
             await self.open()
         gen = self._decode()
+        heap: list[tuple[float, int, Frame]] = []
+        latest: dict[type, float] = {}
+        expected = int(self.has_video) + int(self.has_audio)
+        seq = 0
+        done = False
         try:
             while True:
-                frame = await asyncio.to_thread(next, gen, None)
-                if frame is None:
+                while not done and not self._releasable(heap, latest, expected):
+                    frame = await asyncio.to_thread(next, gen, None)
+                    if frame is None:
+                        done = True
+                        break
+                    latest[type(frame)] = frame.t_media
+                    heapq.heappush(heap, (frame.t_media, seq, frame))
+                    seq += 1
+                if not heap:
                     return
-                wall = await self.pacer.wait_until(frame.t_media)
+                t, _, frame = heapq.heappop(heap)
+                wall = await self.pacer.wait_until(t)
                 yield _with_arrival(frame, wall)
         finally:
             gen.close()
+
+    def _releasable(
+        self, heap: list[tuple[float, int, Frame]], latest: dict[type, float], expected: int
+    ) -> bool:
+        """The earliest queued frame can go: every stream is decoded past it, or one stream
+        ran `lookahead_s` ahead (the other is late or has ended)."""
+        if not heap:
+            return False
+        t = heap[0][0]
+        if len(latest) >= expected and t <= min(latest.values()):
+            return True
+        return max(latest.values()) - t > self.lookahead_s
 
     def _decode(self) -> Generator[Frame, None, None]:
         c = self._container
