@@ -399,6 +399,7 @@ class LMEngine:
     def _admit(self) -> None:
         sc = self.config.scheduler
         blocked: set[str] = set()
+        pool_full = False
         for seq in list(self._waiting):
             if len(self._running) >= sc.max_running:
                 break
@@ -406,9 +407,17 @@ class LMEngine:
             if s is not None and (s.active is not None or s.key in blocked):
                 blocked.add(s.key)  # one request per session at a time, in order
                 continue
-            slot = s.slot if s is not None and s.slot is not None else self._take_slot()
+            if s is not None and s.slot is not None:
+                slot: Slot | None = s.slot  # an idle session resumes in its own slot
+            elif pool_full:
+                continue
+            else:
+                slot = self._take_slot()
             if slot is None:
-                break  # pool full of running sequences: wait for one to finish
+                pool_full = True  # every slot runs: wait for one to finish
+                if s is not None:
+                    blocked.add(s.key)
+                continue
             self._waiting.remove(seq)
             self._start(seq, slot)
             self._running.append(seq)
@@ -420,7 +429,9 @@ class LMEngine:
         idle = [s for s in self._sessions.values() if s.slot is not None and s.active is None]
         if not idle:
             return None
-        victim = min(idle, key=lambda s: s.last_used)
+        # Least recently used first, sparing sessions that already have a request queued.
+        queued = {q.session.key for q in self._waiting if q.session is not None}
+        victim = min(idle, key=lambda s: (s.key in queued, s.last_used))
         assert victim.slot is not None
         log.debug("evicting idle session %r (LRU)", victim.key)
         self.pool.release(victim.slot)
