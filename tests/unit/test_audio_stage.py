@@ -50,7 +50,7 @@ class ScriptedTranscriber(Transcriber):
                 return float(i) / SR
         raise AssertionError("buffer not found in the clip")
 
-    def transcribe(self, audio: np.ndarray, prompt: str = "") -> list[Word]:
+    def transcribe(self, audio: np.ndarray, prompt: str = "", *, fast: bool = False) -> list[Word]:
         self.calls += 1
         self.prompts.append(prompt)
         t0 = self._offset(audio)

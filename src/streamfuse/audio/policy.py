@@ -104,6 +104,11 @@ class LocalAgreement:
         self._commit(committed)
         return committed
 
+    def observe(self, hypothesis: Sequence[Word]) -> None:
+        """Take `hypothesis` as the pending (partial) transcript without committing anything:
+        for hypotheses too unreliable to commit from, which a later one must confirm."""
+        self._prev = self.new_words(hypothesis)
+
     def commit_all(self, hypothesis: Sequence[Word] | None = None) -> list[Word]:
         """Commit all of `hypothesis` (default: the pending words) that is new; clear pending.
 

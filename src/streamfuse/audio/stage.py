@@ -68,6 +68,7 @@ class AsrStage(Stage):
         self._speech_start: float | None = None  # speech seen since the last utterance end
         self._last_update_end = float("-inf")  # buffer end at the last inference
         self._hyp_end = float("-inf")  # buffer end the pending hypothesis was computed on
+        self._hyp_full = False  # ... and whether it came from a full-window pass
         self._utterance_ends: list[float] = []  # cut points (silences) inside the buffer
         self._history: deque[Word] = deque(maxlen=200)  # committed words (prompt, trims)
         self._last_partial = ""
@@ -123,7 +124,8 @@ class AsrStage(Stage):
             and self._last_update_end < self._gate.silence_since + cfg.pause_update_s
         )
         if due or pause:
-            async for out in self._update():
+            # The pause update is the one an utterance-end commit reuses: full window.
+            async for out in self._update(fast=cfg.fast_updates and not pause):
                 yield out
 
     async def flush(self) -> AsyncIterator[Frame]:
@@ -143,11 +145,18 @@ class AsrStage(Stage):
         self._speech_start = None
 
     # -- the policy -----------------------------------------------------------------------
-    async def _update(self) -> AsyncIterator[Frame]:
+    async def _update(self, *, fast: bool = False) -> AsyncIterator[Frame]:
         end = self._buf_end
-        words = await self._transcribe(end)
+        words = await self._transcribe(end, fast=fast)
         self._last_update_end = self._hyp_end = end
-        committed = self._policy.insert(words)
+        self._hyp_full = not fast
+        assert self._buf_t0 is not None
+        waiting_since = max(self._policy.committed_end, self._speech_start or self._buf_t0)
+        if fast and end - waiting_since < self.config.max_pending_s:
+            self._policy.observe(words)  # a partial only: a full-window pass commits
+            committed = []
+        else:
+            committed = self._policy.insert(words)
         if committed:
             yield self._asr_event(committed)
         partial = self._partial_event(self._policy.pending)
@@ -160,7 +169,7 @@ class AsrStage(Stage):
         """An utterance ended (VAD silence): commit its whole hypothesis, restart the buffer."""
         cfg = self.config
         cut = min(self._buf_end, speech_end + cfg.speech_pad_s)
-        if self._hyp_end >= speech_end + cfg.pause_update_s - 0.05:
+        if self._hyp_full and self._hyp_end >= speech_end + cfg.pause_update_s - 0.05:
             # The last hypothesis already saw the speech end and a pause after it: commit it
             # as is instead of paying for one more inference.
             committed = self._policy.commit_all()
@@ -177,6 +186,7 @@ class AsrStage(Stage):
             self._policy.reset_context()
         self._speech_start = None
         self._hyp_end = float("-inf")
+        self._hyp_full = False
 
     async def _maybe_trim(self) -> AsyncIterator[Frame]:
         """Keep the buffer short: cut at a committed sentence end, or force a cut at the limit."""
@@ -199,7 +209,7 @@ class AsrStage(Stage):
             t = self._buf_end - cfg.trim_after_s / 2
         self._cut(min(t, self._buf_end - 1.0))
 
-    async def _transcribe(self, until: float) -> list[Word]:
+    async def _transcribe(self, until: float, *, fast: bool = False) -> list[Word]:
         """Recognise the buffer up to media time `until`; words in media time, guarded."""
         assert self._transcriber is not None and self._buf_t0 is not None
         t0 = self._buf_t0
@@ -209,7 +219,7 @@ class AsrStage(Stage):
         audio = self._audio()[:n]
         prompt = self._prompt()
         started = time.perf_counter()
-        raw = await self.run_blocking(self._transcriber.transcribe, audio, prompt)
+        raw = await self.run_blocking(self._transcriber.transcribe, audio, prompt, fast=fast)
         self.inference_s += time.perf_counter() - started
         self.inferences += 1
         log.debug(

@@ -2,7 +2,7 @@
 
 `Transcriber.transcribe(audio, prompt)` returns `Word`s with times relative to the start of
 `audio`, already cleaned of segments Whisper itself marks as no-speech. `WhisperTranscriber` runs
-faster-whisper (CTranslate2, int8 on CPU) greedily with word timestamps; with `short_context` it
+faster-whisper (CTranslate2, int8 on CPU) greedily with word timestamps; with `fast=True` it
 encodes only the buffered audio instead of a zero-padded 30 s window. Blocking: call it from the
 stage's worker thread.
 """
@@ -37,8 +37,9 @@ class Transcriber(ABC):
         """Load the model (blocking; called once from the stage's worker thread)."""
 
     @abstractmethod
-    def transcribe(self, audio: np.ndarray, prompt: str = "") -> list[Word]:
-        """Recognise `audio`; `prompt` is earlier committed text, for context."""
+    def transcribe(self, audio: np.ndarray, prompt: str = "", *, fast: bool = False) -> list[Word]:
+        """Recognise `audio`; `prompt` is earlier committed text, for context. `fast` asks for
+        a cheaper, less accurate pass (a short encoder window) when the model supports it."""
 
 
 def _make_whisper(path: Path, config: AsrConfig) -> Any:
@@ -76,18 +77,18 @@ class WhisperTranscriber(Transcriber):
             raise ModelError(f"cannot load Whisper model from {self.path}: {e}") from e
         self._english_only = not bool(self._model.model.is_multilingual)
 
-    def context_frames(self, n_samples: int) -> int | None:
+    def context_frames(self, n_samples: int, fast: bool = True) -> int | None:
         """Mel frames the encoder sees for a buffer of `n_samples` (None: the full 30 s)."""
-        if not self.config.short_context:
+        if not fast:
             return None
         seconds = n_samples / SAMPLE_RATE + self.config.context_pad_s
         frames = int(math.ceil(seconds)) * _FRAMES_PER_S  # whole seconds: few distinct shapes
         return frames if frames < _FULL_FRAMES else None
 
-    def transcribe(self, audio: np.ndarray, prompt: str = "") -> list[Word]:
+    def transcribe(self, audio: np.ndarray, prompt: str = "", *, fast: bool = False) -> list[Word]:
         self.load()
         model = self._model
-        model.frames = self.context_frames(len(audio))
+        model.frames = self.context_frames(len(audio), fast)
         cfg = self.config
         language = "en" if self._english_only else cfg.language
         segments, _ = model.transcribe(
