@@ -49,7 +49,11 @@ class LMStageConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    lm: LMConfig = Field(default_factory=LMConfig)
+    lm: LMConfig = Field(
+        default_factory=lambda: LMConfig.model_validate({"pool": {"num_slots": 4}}),
+        description="Engine settings; 4 slots x 2048 tokens (288 MB of KV for Gemma 3 270M) "
+        "by default: one per stream plus room for prompts.",
+    )
     ask: str | None = Field(
         default=None, description="Question asked about the live context (None: prompts only)."
     )
