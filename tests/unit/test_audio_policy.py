@@ -95,3 +95,11 @@ def test_streamed_hypotheses_commit_every_word_exactly_once() -> None:
             buf_t0 = la.committed_end  # trim the buffer at the last commit
     committed += la.commit_all()
     assert [w.word for w in committed] == [w for w, _, _ in script]
+
+
+def test_join_words_attaches_whisper_continuations() -> None:
+    from streamfuse.audio.policy import join_words
+
+    words = [Word(" real", 0, 1), Word("-time", 1, 2), Word(" it", 2, 3), Word("'s", 3, 4)]
+    assert join_words(words) == "real-time it's"
+    assert join_words([Word("hello", 0, 1), Word("world", 1, 2)]) == "hello world"

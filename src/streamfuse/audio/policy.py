@@ -49,7 +49,19 @@ class Word:
 
 
 def join_words(words: Iterable[Word]) -> str:
-    return " ".join(w.word.strip() for w in words if w.word.strip())
+    """Words as text. Whisper marks a word that continues the previous one ("real" "-time",
+    "it" "'s") by the missing leading space; those attach without a space."""
+    out: list[str] = []
+    for w in words:
+        text = w.word.strip()
+        if not text:
+            continue
+        attaches = out and not w.word[0].isspace() and not text[0].isalnum()
+        if attaches:
+            out[-1] += text
+        else:
+            out.append(text)
+    return " ".join(out)
 
 
 class LocalAgreement:
