@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from streamfuse.audio import AsrConfig, AsrStage
 from streamfuse.errors import SourceError
 from streamfuse.frames import ErrorFrame
+from streamfuse.lm.stage import LMStage, LMStageConfig
 from streamfuse.pipeline import OverloadPolicy, Pipeline, Stage
 from streamfuse.qos.adaptive import AdaptiveConfig, AdaptiveResolution
 from streamfuse.qos.signals import QosSignals
@@ -62,6 +63,11 @@ class StreamfuseConfig(BaseModel):
         default_factory=AdaptiveConfig, description="Tuning of the adaptive vision policies."
     )
     asr_config: AsrConfig = Field(default_factory=AsrConfig)
+    lm: LMStageConfig | None = Field(
+        None,
+        description="Live notes / answers from the language model over every stream's fused "
+        "timeline (None: no language model). `lm.ask` is the standing question.",
+    )
 
 
 @dataclass
@@ -141,6 +147,9 @@ async def build_pipeline(
         if sinks:  # ASR latency reaches the vision policies through the emitted events
             sinks[0].listeners.append(signals.on_record)
     vision_config, asr_config = share_cores(config, len(inputs))
+    # One language-model stage for all streams: it keeps a context per stream and batches
+    # their answers through one KV-cache pool.
+    lm = LMStage(config.lm) if config.lm is not None else None
     for i, location in enumerate(inputs):
         stream_id = Path(location).stem if len(inputs) == 1 else f"{i}:{Path(location).stem}"
         source = MediaSource(
@@ -188,8 +197,13 @@ async def build_pipeline(
         for end in branch_ends:
             for sink in sinks:
                 pipeline.link(end, sink, maxsize=256)
+            if lm is not None:
+                pipeline.link(end, lm, maxsize=256)
         if not branch_ends:
             raise SourceError(f"{location}: nothing to do with the selected paths")
+    if lm is not None and lm in pipeline.stages:
+        for sink in sinks:
+            pipeline.link(lm, sink, maxsize=1024)
     return Job(
         pipeline=pipeline,
         sources=sources,

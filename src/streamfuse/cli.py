@@ -41,6 +41,8 @@ out = Console()
 REPO_ASSETS = Path(__file__).resolve().parents[2] / "assets"
 DEMO_CLIP = REPO_ASSETS / "demo" / "lecture.mp4"
 DEMO_TRUTH = REPO_ASSETS / "demo" / "lecture.truth.json"
+# Gemma 3 270M is a base model: an extraction-style prompt works better than a chat question.
+DEMO_NOTES_PROMPT = "In one short line, the main point of the current slide is"
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -124,6 +126,14 @@ def run(
         float | None,
         typer.Option("--ocr-budget-s", help="OCR latency budget in seconds (default 1.0)."),
     ] = None,
+    ask: Annotated[
+        str | None,
+        typer.Option(
+            "--ask",
+            help="A question the language model answers over each stream's live timeline (on "
+            "every new slide, every 30 s and at the end), streamed as lm_token / lm events.",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run media inputs through the pipeline and print / write the live timeline."""
@@ -138,6 +148,7 @@ def run(
         live,
         vision_policy=vision_policy.value if vision_policy else None,
         ocr_budget_s=ocr_budget_s,
+        ask=ask,
     )
     raise typer.Exit(code)
 
@@ -153,6 +164,7 @@ def _run_main(
     *,
     vision_policy: str | None = None,
     ocr_budget_s: float | None = None,
+    ask: str | None = None,
 ) -> int:
     from pydantic import ValidationError
 
@@ -166,6 +178,8 @@ def _run_main(
             extra["vision_policy"] = vision_policy
         if ocr_budget_s is not None:
             extra["ocr_budget_s"] = ocr_budget_s
+        if ask is not None:
+            extra["lm"] = {"ask": ask}
         config = StreamfuseConfig(
             realtime=realtime, ocr=ocr, asr=asr, asr_config={"model": asr_model}, **extra
         )
@@ -197,12 +211,28 @@ def demo(
     out_path: Annotated[Path, typer.Option("--out", "-o")] = Path("out/demo.events.jsonl"),
     asr_model: Annotated[str, typer.Option(help="tiny.en, base, or a model path.")] = "tiny.en",
     live: Annotated[bool | None, typer.Option("--live/--no-live")] = None,
+    notes: Annotated[
+        bool,
+        typer.Option(
+            "--notes/--no-notes",
+            help="Live notes from the language model (Gemma 3 270M) on each new slide.",
+        ),
+    ] = False,
 ) -> None:
     """Run the bundled lecture clip live, then score it against its ground truth."""
     _setup_logging(False)
     if not DEMO_CLIP.exists():
         raise _fail(f"bundled demo clip not found at {DEMO_CLIP}")
-    code = _run_main([str(DEMO_CLIP)], realtime, out_path, asr_model, True, True, live)
+    code = _run_main(
+        [str(DEMO_CLIP)],
+        realtime,
+        out_path,
+        asr_model,
+        True,
+        True,
+        live,
+        ask=DEMO_NOTES_PROMPT if notes else None,
+    )
     if code == 0:
         _print_scores(_score(DEMO_TRUTH, out_path))
     raise typer.Exit(code)
