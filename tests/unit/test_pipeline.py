@@ -222,3 +222,25 @@ def test_streams_share_the_cores_between_their_model_threads() -> None:
     vision, asr = share_cores(config, 4 * cores)
     assert vision.ocr.intra_op_threads == 1 and asr.cpu_threads == 1
     assert config.vision.ocr.intra_op_threads >= 1  # the shared config is not modified
+
+
+def test_ask_wires_one_language_model_stage_over_every_stream(assets) -> None:  # type: ignore[no-untyped-def]
+    from streamfuse.app import StreamfuseConfig, build_pipeline
+    from streamfuse.lm.stage import LMStage
+
+    short = str(assets / "test" / "short.mp4")
+    config = StreamfuseConfig(lm={"ask": "What is this about?"})
+    sink = CollectSink()
+    job = asyncio.run(build_pipeline([short, short], config, [sink]))
+    lms = [s for s in job.pipeline.stages if isinstance(s, LMStage)]
+    assert len(lms) == 1
+    producers = job.pipeline._inbox[id(lms[0])].producers
+    assert sorted(p.name for p in producers) == [
+        "asr:0:short",
+        "asr:1:short",
+        "ocr:0:short",
+        "ocr:1:short",
+    ]
+    assert lms[0] in job.pipeline._inbox[id(sink)].producers
+    no_lm = asyncio.run(build_pipeline([short], StreamfuseConfig(), [CollectSink()]))
+    assert not any(isinstance(s, LMStage) for s in no_lm.pipeline.stages)
