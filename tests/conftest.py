@@ -14,6 +14,8 @@ ASSETS = ROOT / "assets"
 # Session-wide cache inside the repo's ignored build folder, so expensive derived model files
 # (joined Whisper parts, converted LM weights) are made once per checkout, not per test.
 os.environ.setdefault("STREAMFUSE_CACHE", str(ROOT / "build" / "test-cache"))
+os.environ.setdefault("HF_HOME", str(ROOT / "build" / "test-cache" / "hf"))
+os.environ.setdefault("TORCH_HOME", str(ROOT / "build" / "test-cache" / "torch"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 logging.getLogger("RapidOCR").setLevel(logging.WARNING)
