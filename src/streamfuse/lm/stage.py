@@ -25,6 +25,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from streamfuse.errors import ModelError
 from streamfuse.frames import EventFrame, Frame, TextFrame
 from streamfuse.lm.config import LMConfig
 from streamfuse.lm.engine import LMEngine, Request, RequestHandle
@@ -126,7 +127,7 @@ class LMStage(Stage):
 
             model, tok = await self.run_blocking(load_model, self.config.lm.model)
             if tok is None:
-                raise ValueError(f"model {self.config.lm.model.source!r} has no tokenizer.json")
+                raise ModelError(f"model {self.config.lm.model.source!r} has no tokenizer.json")
             self.engine = self.engine or LMEngine(model, self.config.lm)
             self.tokenizer = self.tokenizer or tok
         self.engine.start()
