@@ -7,7 +7,6 @@ every stream's events. Library users compose their own graphs with `Pipeline.lin
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from dataclasses import dataclass, field
@@ -222,14 +221,7 @@ async def run_job(job: Job, sinks: list[EventSink]) -> None:
     """Run the job; warnings raised while building are written to the sinks first."""
     for warning in job.warnings:
         for sink in sinks:
-            record = warning.to_record()
-            sink.write(record)
-            for listener in sink.listeners:
-                listener(record)
+            sink.deliver(warning.to_record())
     job.wall_start_s = time.monotonic()
     job.cpu_start_s = _cpu_s()
     await job.pipeline.run()
-
-
-def run_sync(job: Job, sinks: list[EventSink]) -> None:
-    asyncio.run(run_job(job, sinks))

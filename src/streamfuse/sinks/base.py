@@ -32,11 +32,15 @@ class EventSink(Stage):
         if self.started_wall is not None:
             record["wall_s"] = round(now - self.started_wall, 3)
         instruments().event_latency.record(record["latency_ms"] / 1000.0, {"type": record["type"]})
+        self.deliver(record)
+        return
+        yield  # pragma: no cover
+
+    def deliver(self, record: dict[str, Any]) -> None:
+        """Write one rendered record and tell the listeners."""
         self.write(record)
         for listener in self.listeners:
             listener(record)
-        return
-        yield  # pragma: no cover
 
     def write(self, record: dict[str, Any]) -> None:
         """Render one record. Default: nothing (listeners only)."""
