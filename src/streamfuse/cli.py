@@ -41,8 +41,9 @@ out = Console()
 REPO_ASSETS = Path(__file__).resolve().parents[2] / "assets"
 DEMO_CLIP = REPO_ASSETS / "demo" / "lecture.mp4"
 DEMO_TRUTH = REPO_ASSETS / "demo" / "lecture.truth.json"
-# Gemma 3 270M is a base model: an extraction-style prompt works better than a chat question.
-DEMO_NOTES_PROMPT = "In one short line, the main point of the current slide is"
+# Gemma 3 270M is a base model, not a chat model: answers are rough. Of the prompts tried on the
+# demo clip this one gave the most useful notes.
+DEMO_NOTES_PROMPT = "What did the speaker just say, in a few words?"
 
 
 def _setup_logging(verbose: bool) -> None:

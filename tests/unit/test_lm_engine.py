@@ -289,3 +289,26 @@ def test_decode_loop_never_reallocates_or_copies_the_kv_cache(model: GemmaModel)
     assert growth <= 4 * c.num_heads * 160 * c.num_layers * 2 * 2
     h.cancel()
     h2.cancel()
+
+
+def test_leading_stop_ids_do_not_end_an_answer_before_its_text(model: GemmaModel) -> None:
+    full = reference_greedy(model, PROMPT_B, 20)
+    first = full[0]
+    eng = make_engine(model)
+    # As a plain stop id, the first token ends the answer at once (the empty-answer case).
+    plain = Request(prompt_ids=tuple(PROMPT_B), max_new_tokens=20, stop_ids=(first,))
+    assert eng.submit(plain).wait() == [first]
+    # As a leading id it is kept; the answer stops at the first later occurrence after text
+    # (or runs to the length limit when there is none).
+    out = eng.submit(
+        Request(
+            prompt_ids=tuple(PROMPT_B),
+            max_new_tokens=20,
+            stop_ids=(first,),
+            leading_ids=(first,),
+            speculative=False,
+        )
+    ).wait()
+    n_lead = next((i for i, t in enumerate(full) if t != first), len(full))
+    later = [i for i, t in enumerate(full) if t == first and i > n_lead]
+    assert out == full[: later[0] + 1] if later else out == full

@@ -55,6 +55,9 @@ class Request:
     keep_output: bool = False
     speculative: bool | None = None  # None: the engine's configured default
     stop_ids: tuple[int, ...] | None = None  # None: the model's end-of-sequence ids
+    #: Stop ids that do not stop the answer while nothing but them has been generated (a base
+    #: model often opens an answer with a line break before the text).
+    leading_ids: tuple[int, ...] = ()
 
 
 @dataclass
@@ -586,11 +589,14 @@ class LMEngine:
         room = req.max_new_tokens - len(handle.tokens)
         out: list[int] = []
         reason: FinishReason | None = None
+        lead = req.leading_ids
+        only_lead = bool(lead) and all(x in lead for x in handle.tokens)
         for t in new[:room]:
             out.append(t)
-            if t in stops:
+            if t in stops and not (only_lead and t in lead):
                 reason = "stop"
                 break
+            only_lead = only_lead and t in lead
         if reason is None and len(handle.tokens) + len(out) >= req.max_new_tokens:
             reason = "length"
         if out and handle.first_token_wall is None:

@@ -220,6 +220,7 @@ class LMStage(Stage):
             session=cause.stream_id,
             keep_output=False,
             stop_ids=self._stops(),
+            leading_ids=self._newlines() if self.config.stop_at_newline else (),
         )
         handle = self.engine.submit(req)
         answer = _Answer(
@@ -281,12 +282,16 @@ class LMStage(Stage):
             st.answer = None
         return out
 
+    def _newlines(self) -> tuple[int, ...]:
+        assert self.tokenizer is not None
+        ids = [i for nl in ("\n", "\n\n") for i in self.tokenizer.encode(nl)[-1:]]
+        return tuple(dict.fromkeys(ids))
+
     def _stops(self) -> tuple[int, ...]:
         assert self.tokenizer is not None
         stops = list(self.tokenizer.stop_ids)
         if self.config.stop_at_newline:
-            for nl in ("\n", "\n\n"):
-                stops += self.tokenizer.encode(nl)[-1:]
+            stops += self._newlines()
         return tuple(dict.fromkeys(stops))
 
     def _strip_stop(self, ids: list[int]) -> list[int]:
