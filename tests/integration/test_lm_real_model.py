@@ -10,7 +10,6 @@ from streamfuse.lm.config import LMConfig, ModelConfig
 from streamfuse.lm.engine import LMEngine, Request
 from streamfuse.lm.evaluate import perplexity, stream_nll
 from streamfuse.lm.gemma import Segment
-from streamfuse.lm.kv_pool import KVPool
 from streamfuse.lm.loader import bundled_gguf_path, load_model
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -32,14 +31,7 @@ def int8():
 
 
 def _logits(model, ids: list[int]) -> torch.Tensor:
-    c = model.config
-    pool = KVPool(
-        num_layers=c.num_layers,
-        num_slots=1,
-        num_kv_heads=c.num_kv_heads,
-        head_dim=c.head_dim,
-        max_tokens=len(ids),
-    )
+    pool = model.kv_pool(num_slots=1, max_tokens=len(ids))
     return model.forward(torch.tensor(ids), [Segment(0, 0, len(ids))], pool)
 
 

@@ -12,7 +12,6 @@ from streamfuse.errors import CapacityError
 from streamfuse.lm.config import LMConfig
 from streamfuse.lm.engine import LMEngine, Request
 from streamfuse.lm.gemma import GemmaModel, Segment
-from streamfuse.lm.kv_pool import KVPool
 from streamfuse.lm.tiny import tiny_model
 
 pytestmark = pytest.mark.unit
@@ -37,14 +36,7 @@ def make_engine(model: GemmaModel, **over: dict) -> LMEngine:
 
 def reference_greedy(model: GemmaModel, prompt: list[int], n: int) -> list[int]:
     """Plain greedy decoding, one token per forward, in a private pool."""
-    c = model.config
-    pool = KVPool(
-        num_layers=c.num_layers,
-        num_slots=1,
-        num_kv_heads=c.num_kv_heads,
-        head_dim=c.head_dim,
-        max_tokens=len(prompt) + n + 1,
-    )
+    pool = model.kv_pool(num_slots=1, max_tokens=len(prompt) + n + 1)
     logits = model.forward(torch.tensor(prompt), [Segment(0, 0, len(prompt))], pool)
     out = [int(logits[-1].argmax())]
     while len(out) < n:
@@ -117,13 +109,7 @@ def test_chunked_prefill_does_not_stall_a_decoding_stream(model: GemmaModel) -> 
 
 def test_pool_acquire_release_exhaustion_and_stale_handles(model: GemmaModel) -> None:
     c = model.config
-    pool = KVPool(
-        num_layers=c.num_layers,
-        num_slots=2,
-        num_kv_heads=c.num_kv_heads,
-        head_dim=c.head_dim,
-        max_tokens=16,
-    )
+    pool = model.kv_pool(num_slots=2, max_tokens=16)
     a, b = pool.acquire(), pool.acquire()
     assert a is not None and b is not None and a.index != b.index
     assert pool.acquire() is None and pool.num_free == 0

@@ -18,14 +18,7 @@ pytestmark = pytest.mark.unit
 
 
 def _pool(model, slots: int = 4, max_tokens: int = 64) -> KVPool:
-    c = model.config
-    return KVPool(
-        num_layers=c.num_layers,
-        num_slots=slots,
-        num_kv_heads=c.num_kv_heads,
-        head_dim=c.head_dim,
-        max_tokens=max_tokens,
-    )
+    return model.kv_pool(num_slots=slots, max_tokens=max_tokens)
 
 
 def _full(model, ids: list[int], slot: int = 0, pool: KVPool | None = None) -> torch.Tensor:

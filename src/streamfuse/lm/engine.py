@@ -30,7 +30,7 @@ import torch
 from streamfuse.errors import CapacityError, ConfigError
 from streamfuse.lm.config import LMConfig
 from streamfuse.lm.gemma import GemmaModel, Segment
-from streamfuse.lm.kv_pool import KVPool, Slot
+from streamfuse.lm.kv_pool import Slot
 from streamfuse.lm.speculative import NgramDrafter, accept_greedy
 
 log = logging.getLogger(__name__)
@@ -176,13 +176,7 @@ class LMEngine:
         self.model = model
         self.config = config or LMConfig()
         c, pc = model.config, self.config.pool
-        self.pool = KVPool(
-            num_layers=c.num_layers,
-            num_slots=pc.num_slots,
-            num_kv_heads=c.num_kv_heads,
-            head_dim=c.head_dim,
-            max_tokens=pc.max_tokens,
-        )
+        self.pool = model.kv_pool(num_slots=pc.num_slots, max_tokens=pc.max_tokens)
         self.stats = EngineStats()
         self.default_stop_ids: tuple[int, ...] = tuple(c.eos_token_ids)
         self._lock = threading.RLock()

@@ -14,7 +14,6 @@ import torch
 import torch.nn.functional as F
 
 from streamfuse.lm.gemma import GemmaModel, Segment
-from streamfuse.lm.kv_pool import KVPool
 
 
 @torch.inference_mode()
@@ -28,14 +27,7 @@ def stream_nll(
     chunk: int = 64,
 ) -> list[float]:
     """NLL (nats) of ids[1:], each predicted from what the slot holds at that point."""
-    c = model.config
-    pool = KVPool(
-        num_layers=c.num_layers,
-        num_slots=1,
-        num_kv_heads=c.num_kv_heads,
-        head_dim=c.head_dim,
-        max_tokens=max_tokens,
-    )
+    pool = model.kv_pool(num_slots=1, max_tokens=max_tokens)
     slot = pool.acquire()
     assert slot is not None
     keep = window_tokens if window_tokens is not None else (max_tokens * 3) // 4 - sink_tokens

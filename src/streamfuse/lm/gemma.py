@@ -179,6 +179,17 @@ class GemmaModel:
     def embed(self, ids: Tensor) -> Tensor:
         return self.weights.embed.rows(ids).mul_(self.embed_scale)
 
+    def kv_pool(self, *, num_slots: int, max_tokens: int) -> KVPool:
+        """A KV-cache pool shaped for this model: `num_slots` sequences of `max_tokens`."""
+        c = self.config
+        return KVPool(
+            num_layers=c.num_layers,
+            num_slots=num_slots,
+            num_kv_heads=c.num_kv_heads,
+            head_dim=c.head_dim,
+            max_tokens=max_tokens,
+        )
+
     # -- forward -----------------------------------------------------------------------------
     @torch.inference_mode()
     def forward(
