@@ -23,6 +23,7 @@ from typing import Any
 import jiwer
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError, model_validator
+from rapidfuzz.distance import Levenshtein
 
 from streamfuse.errors import EvalError
 
@@ -101,7 +102,7 @@ def ocr_cer(truth: Truth, events: list[dict[str, Any]]) -> dict[str, Any]:
         ref = collapse(" ".join(slide.lines))
         inside = [e for e in ocr if slide.t_start <= e["t_start"] < slide.t_end]
         hyp = collapse(" ".join(ln["text"] for ln in inside[-1]["lines"])) if inside else ""
-        n_edits = round(jiwer.cer(ref, hyp) * len(ref)) if ref else len(hyp)
+        n_edits = Levenshtein.distance(ref, hyp)
         edits += n_edits
         chars += len(ref)
         per_slide.append({"t_start": slide.t_start, "cer": n_edits / max(1, len(ref)), "hyp": hyp})
