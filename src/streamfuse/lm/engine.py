@@ -367,14 +367,15 @@ class LMEngine:
                     ids.extend(w.tokens)
             t0 = time.perf_counter()
             try:
-                logits = self.model.forward(
+                next_ids = self.model.forward(
                     torch.tensor(ids, dtype=torch.long),
                     segments,
                     self.pool,
                     out_rows=torch.tensor(out_rows, dtype=torch.long) if out_rows else None,
                     return_hidden=not out_rows,
+                    greedy=True,
                 )
-                preds = logits.argmax(dim=-1).tolist() if out_rows else []
+                preds = next_ids.tolist() if out_rows else []
             except Exception as e:
                 log.exception("LM forward failed")
                 with self._lock:

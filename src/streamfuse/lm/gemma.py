@@ -156,8 +156,15 @@ class GemmaModel:
         self._rope_len = 0
         self._rope: dict[str, tuple[Tensor, Tensor]] = {}
         c = config
+        # q/k RMSNorm multipliers of all heads side by side; the queries' also carry the
+        # attention scale, so scores need no separate scaling pass.
         self._qk_norm = [
-            torch.cat([lw.q_norm.expand(c.num_heads, -1), lw.k_norm.expand(c.num_kv_heads, -1)])
+            torch.cat(
+                [
+                    (lw.q_norm * self.scale).expand(c.num_heads, -1),
+                    lw.k_norm.expand(c.num_kv_heads, -1),
+                ]
+            )
             for lw in weights.layers
         ]
 
@@ -199,8 +206,12 @@ class GemmaModel:
         pool: KVPool,
         out_rows: Tensor | None = None,
         return_hidden: bool = False,
+        greedy: bool = False,
     ) -> Tensor:
         """Run `ids` (1-D, concatenated segments) and return logits of `out_rows` (all if None).
+
+        `greedy`: return each row's most likely next token id instead of its logits (cheaper:
+        the int8 head skips a pass over the vocabulary; softcapping is monotonic).
 
         Writes each segment's keys/values into its slot at positions start .. start+length-1;
         the caller owns slot lengths (set them after a successful forward).
@@ -271,6 +282,8 @@ class GemmaModel:
             x = x.index_select(0, out_rows)
         if return_hidden:
             return x
+        if greedy:
+            return self.weights.output.argmax(x)
         logits = self.weights.output(x)
         if c.final_logit_softcapping is not None:
             cap = c.final_logit_softcapping
@@ -299,7 +312,7 @@ class GemmaModel:
                 keys[None],
                 vals[None],
                 attn_mask=allowed,
-                scale=self.scale,
+                scale=1.0,  # already in the queries' norm multipliers
                 enable_gqa=True,
             )
             return o[0].transpose(0, 1).reshape(n, c.num_heads * c.head_dim)
@@ -315,7 +328,7 @@ class GemmaModel:
             qh = q.reshape(kvh, g, c.head_dim)
         else:
             qh = q.view(n, kvh, g, c.head_dim).permute(1, 2, 0, 3).reshape(kvh, g * n, c.head_dim)
-        scores = torch.matmul(qh, keys.transpose(1, 2)).mul_(self.scale)
+        scores = torch.matmul(qh, keys.transpose(1, 2))  # queries carry the scale
         if c.attn_logit_softcapping is not None:
             cap = c.attn_logit_softcapping
             scores = torch.tanh(scores / cap).mul_(cap)

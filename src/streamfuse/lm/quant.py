@@ -27,6 +27,10 @@ class Linear(Protocol):
 
     def __call__(self, x: Tensor) -> Tensor: ...
 
+    def argmax(self, x: Tensor) -> Tensor:
+        """Index of the largest output per row (greedy decoding), without full logits."""
+        ...
+
     def dense_weight(self) -> Tensor:
         """The float32 weight this layer represents (for checks and conversions)."""
         ...
@@ -43,6 +47,9 @@ class DenseLinear:
 
     def __call__(self, x: Tensor) -> Tensor:
         return F.linear(x, self.weight)
+
+    def argmax(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight).argmax(dim=-1)
 
     def dense_weight(self) -> Tensor:
         return self.weight
@@ -76,18 +83,31 @@ class Int8Linear:
         self.out_features, self.in_features = self.qweight.shape
         # `_int_mm` wants (K, N); a transposed view of the row-major weight is its fast layout.
         self._qweight_t = self.qweight.t()
+        self._out_scale = self.scale / _QMAX  # weight scale and the activation's 1/127 in one
 
     @classmethod
     def from_float(cls, weight: Tensor) -> Int8Linear:
         return cls(*quantize_rows(weight))
 
-    def __call__(self, x: Tensor) -> Tensor:
+    def _accumulate(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Exact int32 products of the int8 rows of `x` (one absmax scale each) and the weight.
+
+        Returns (accumulators, row absmax); an all-zero row has absmax 0, so whatever its
+        (undefined) quantized values give is multiplied by 0 afterwards.
+        """
         amax = x.abs().amax(dim=-1, keepdim=True)
-        x_scale = amax.clamp_min_(1e-12).div_(_QMAX)
-        xq = torch.round(x / x_scale).to(torch.int8)
-        acc = torch._int_mm(xq, self._qweight_t)
-        out = acc.mul(x_scale)
-        return out.mul_(self.scale)
+        xq = x.div(amax).mul_(_QMAX).round_().to(torch.int8)
+        return torch._int_mm(xq, self._qweight_t), amax
+
+    def __call__(self, x: Tensor) -> Tensor:
+        acc, amax = self._accumulate(x)
+        return acc.mul(amax).mul_(self._out_scale)
+
+    def argmax(self, x: Tensor) -> Tensor:
+        # A row's activation scale is one positive factor: it cannot change which output is
+        # largest, so greedy decoding skips that pass over the (vocabulary-sized) logits.
+        acc, _ = self._accumulate(x)
+        return acc.mul(self.scale).argmax(dim=-1)
 
     def dense_weight(self) -> Tensor:
         return self.qweight.float() * self.scale[:, None]
