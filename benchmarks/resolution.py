@@ -13,8 +13,11 @@
 (d) the learned resolution head's own figures, when its files are committed (else null).
 
 `fixed` is the `fixed` vision policy at the frame's full size (det_max_side_px = long side,
-1280 for the lecture clip); `dynamic` is `--vision-policy dynamic` with the same budget. Both
-run through `streamfuse.app.build_pipeline`, as `streamfuse run` does.
+1280 for the lecture clip) with rapidocr's FP32 models: the unadapted reference. `fixed_int8`
+is the same with the INT8 models (`OcrConfig.precision`, the shipped default), so the effect of
+precision and of the policy can be told apart. `dynamic` is `--vision-policy dynamic` with the
+shipped defaults (INT8) and the same budget. All run through `streamfuse.app.build_pipeline`,
+as `streamfuse run` does.
 
     python benchmarks/resolution.py [--quick] [--streams 4] [--budget-s 1.0] [--plot PNG]
 
@@ -44,6 +47,14 @@ DEMO = ROOT / "assets" / "demo" / "lecture.mp4"
 SHORT = ROOT / "assets" / "test" / "short.mp4"
 
 log = logging.getLogger("bench.resolution")
+
+#: name -> (vision policy, OCR precision (None: the default), content crop)
+VARIANTS: dict[str, tuple[str, str | None, bool]] = {
+    "fixed": ("fixed", "fp32", True),
+    "fixed_int8": ("fixed", "int8", True),
+    "dynamic": ("dynamic", None, True),
+    "fixed_whole": ("fixed", "fp32", False),  # the whole frame: the article's baseline
+}
 
 
 def _truth(clip: Path) -> Any:
@@ -99,6 +110,7 @@ async def _run(
     hog: tuple[int, float, float] | None = None,
     start_side_px: int | None = None,
     content_crop: bool = True,
+    precision: str | None = None,
 ) -> dict[str, Any]:
     """One run through the app's pipeline; returns records, per-stream OCR CPU and policy stats."""
     from streamfuse.app import StreamfuseConfig, build_pipeline, run_job
@@ -110,6 +122,8 @@ async def _run(
     ocr_update: dict[str, Any] = {"det_max_side_px": full_side_px, "content_crop": content_crop}
     if intra_op_threads is not None:
         ocr_update["intra_op_threads"] = intra_op_threads
+    if precision is not None:
+        ocr_update["precision"] = precision
     vision = VisionConfig(ocr=OcrConfig(**ocr_update))
     # None: the shipped default; 0: the top rung.
     adaptive = (
@@ -355,16 +369,18 @@ def single_stream(
     w, h, _, duration = _clip_info(clip)
     truth = _truth(clip)
     out: dict[str, Any] = {"clip": clip.name, "duration_s": round(duration, 2), "repeats": repeats}
-    names = ("fixed", "dynamic", "fixed_whole") if whole_frame_baseline else ("fixed", "dynamic")
+    names = ("fixed", "fixed_int8", "dynamic") + (("fixed_whole",) if whole_frame_baseline else ())
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     for _ in range(repeats):
         for name in names:
+            policy, precision, crop = VARIANTS[name]
             runs[name].append(
                 asyncio.run(
                     _run(
                         [clip],
-                        policy="fixed" if name == "fixed_whole" else name,
-                        content_crop=name != "fixed_whole",
+                        policy=policy,
+                        precision=precision,
+                        content_crop=crop,
                         realtime=False,
                         budget_s=budget_s,
                         full_side_px=max(w, h),
@@ -414,11 +430,14 @@ def multi_stream(
         "streams": len(clips),
         "duration_s": round(duration, 2),
     }
-    for policy in policies:
+    for name in policies:
+        policy, precision, crop = VARIANTS[name]
         r = asyncio.run(
             _run(
                 clips,
                 policy=policy,
+                precision=precision,
+                content_crop=crop,
                 realtime=True,
                 budget_s=budget_s,
                 full_side_px=max(w, h),
@@ -467,7 +486,7 @@ def multi_stream(
                 start = r["streaming_start_s"]
                 res["hog_window_s"] = [round(delay_s, 2), round(delay_s + dur_s, 2)]
                 res["hog_effect"] = _hog_effect(stats, delay_s, delay_s + dur_s, start)
-        out[policy] = res
+        out[name] = res
     return out
 
 
@@ -633,7 +652,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if "b" in args.only:
         results["b"] = multi_stream(
-            [multi_clip] * args.streams, args.budget_s, ("fixed", "dynamic"), args.start_side_px
+            [multi_clip] * args.streams,
+            args.budget_s,
+            ("fixed", "fixed_int8", "dynamic"),
+            args.start_side_px,
         )
     if "c" in args.only:
         results["c"] = multi_stream(dense, args.budget_s, ("dynamic",), args.start_side_px, hog=hog)
@@ -659,17 +681,19 @@ def main(argv: list[str] | None = None) -> int:
             f"(a) 1 stream, {a['clip']} ({a['duration_s']} s), as fast as possible, "
             f"{a['repeats']} interleaved repeats"
         )
-        print("    policy   CER      OCR cpu-s/min  reads  ROI ratio  detector sides")
-        for p in ("fixed", "dynamic", "fixed_whole"):
+        print("    policy     CER      OCR cpu-s/min  reads  ROI ratio  detector sides")
+        for p in ("fixed", "fixed_int8", "dynamic", "fixed_whole"):
             if p not in a:
                 continue
             x = a[p]
             print(
-                f"    {p:8s} {_fmt(x['cer'], pct=True):8s} {x['ocr_cpu_s_per_min']:13.2f}  "
+                f"    {p:10s} {_fmt(x['cer'], pct=True):8s} {x['ocr_cpu_s_per_min']:13.2f}  "
                 f"{x['reads']:5d}  {_fmt(x['roi_ratio']):9s}  {x['sides_px']}"
             )
         ratio = a["fixed"]["ocr_cpu_s_per_min"] / max(1e-9, a["dynamic"]["ocr_cpu_s_per_min"])
         print(f"    dynamic uses {ratio:.2f}x fewer OCR CPU-seconds than fixed (content crop)")
+        r8 = a["fixed_int8"]["ocr_cpu_s_per_min"] / max(1e-9, a["dynamic"]["ocr_cpu_s_per_min"])
+        print(f"    and {r8:.2f}x fewer than fixed_int8 (same INT8 models: the policy alone)")
         if "fixed_whole" in a:
             r2 = a["fixed_whole"]["ocr_cpu_s_per_min"] / max(
                 1e-9, a["dynamic"]["ocr_cpu_s_per_min"]
@@ -677,11 +701,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    and {r2:.2f}x fewer than fixed_whole (whole frame, full resolution)")
     if b:
         print(f"(b) {b['streams']} live streams of {b['clips']}, vision only")
-        print("    policy   ocr p50 s  p95 s   max s   events  CER mean  within budget")
-        for p in ("fixed", "dynamic"):
+        print("    policy     ocr p50 s  p95 s   max s   events  CER mean  within budget")
+        for p in ("fixed", "fixed_int8", "dynamic"):
             x = b[p]
             print(
-                f"    {p:8s} {_fmt(x['latency_p50_s']):9s}  {_fmt(x['latency_p95_s']):6s}  "
+                f"    {p:10s} {_fmt(x['latency_p50_s']):9s}  {_fmt(x['latency_p95_s']):6s}  "
                 f"{_fmt(x['latency_max_s']):6s}  {x['ocr_events']:6d}  "
                 f"{_fmt(x['cer_mean'], pct=True):8s}  {x['within_budget']}"
             )
@@ -716,8 +740,12 @@ def main(argv: list[str] | None = None) -> int:
         "head_params": head.get("params"),
         "head_int8_speedup": head.get("int8_speedup"),
         "head_accuracy": head.get("accuracy"),
+        # Not asked for: the fixed policy with the INT8 models (precision without adaptation).
+        "cer_fixed_int8": a.get("fixed_int8", {}).get("cer"),
+        "ocr_cpu_s_per_min_fixed_int8": a.get("fixed_int8", {}).get("ocr_cpu_s_per_min"),
+        "p95_latency_4streams_fixed_int8_s": b.get("fixed_int8", {}).get("latency_p95_s"),
     }
-    for k in ("cer_fixed", "cer_dynamic"):
+    for k in ("cer_fixed", "cer_dynamic", "cer_fixed_int8"):
         if line[k] is not None:
             line[k] = round(line[k], 4)
     print(json.dumps(line))

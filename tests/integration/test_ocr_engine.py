@@ -53,10 +53,12 @@ def draw_slide(width: int, height: int) -> tuple[np.ndarray, dict[str, tuple[int
     return np.asarray(img), boxes
 
 
-@pytest.fixture(scope="module")
-def engine() -> RapidOcrEngine:
-    e = RapidOcrEngine(OcrConfig(intra_op_threads=2))
+@pytest.fixture(scope="module", params=["int8", "fp32"])
+def engine(request: pytest.FixtureRequest) -> RapidOcrEngine:
+    e = RapidOcrEngine(OcrConfig(intra_op_threads=2, precision=request.param))
     e.load()
+    # The shipped INT8 detector matches the pinned rapidocr: no silent fallback to FP32.
+    assert e.precision == request.param
     return e
 
 

@@ -18,12 +18,17 @@ the key frame's arrival.
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
+import json
 import logging
+import os
 import re
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -99,6 +104,8 @@ class RapidOcrEngine(OcrEngine):
     def __init__(self, config: OcrConfig | None = None) -> None:
         self.config = config or OcrConfig()
         self._engine: Any = None
+        #: The precision the loaded models run at (the configured one unless INT8 is unusable).
+        self.precision = self.config.precision
 
     def params(self) -> dict[str, Any]:
         """The rapidocr parameters this engine is built with."""
@@ -128,20 +135,24 @@ class RapidOcrEngine(OcrEngine):
             raise ModelError(f"cannot load the rapidocr models: {e}") from e
         if getattr(self._engine, "text_det", None) is None:
             raise ModelError("rapidocr did not load its text detector")
-        if not self.config.ort_allow_spinning:
-            self._rebuild_sessions_without_spinning()
+        int8 = int8_model_paths(self._engine) if self.config.precision == "int8" else None
+        self.precision = "int8" if int8 else "fp32"
+        if int8 or not self.config.ort_allow_spinning:
+            self._rebuild_sessions(int8 or {})
+            self._engine(_warmup_image())  # the new sessions' first run is slow too
 
-    def _rebuild_sessions_without_spinning(self) -> None:
-        """rapidocr exposes no session config entries: rebuild its two sessions with ours."""
+    def _rebuild_sessions(self, paths: dict[str, Path]) -> None:
+        """Swap rapidocr's detector/recognizer sessions for ours: `paths` replaces a model
+        ("det", "rec"), and our session options apply (rapidocr exposes no session config)."""
         from onnxruntime import GraphOptimizationLevel, InferenceSession, SessionOptions
 
         c = self.config
-        for model in (self._engine.text_det, self._engine.text_rec):
+        for name, model in (("det", self._engine.text_det), ("rec", self._engine.text_rec)):
             holder = getattr(model, "session", None)
             sess = getattr(holder, "session", None)
             path = getattr(sess, "_model_path", None)
             if holder is None or sess is None or path is None:
-                log.warning("cannot tune onnxruntime spinning for %s: unexpected rapidocr", model)
+                log.warning("cannot set onnxruntime options for %s: unexpected rapidocr", model)
                 continue
             opts = SessionOptions()
             opts.log_severity_level = 4
@@ -149,9 +160,14 @@ class RapidOcrEngine(OcrEngine):
             opts.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
             opts.intra_op_num_threads = c.intra_op_threads
             opts.inter_op_num_threads = c.inter_op_threads
-            opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
-            holder.session = InferenceSession(path, opts, providers=sess.get_providers())
+            if not c.ort_allow_spinning:
+                opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+                opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+            model_path = str(paths.get(name, path))
+            try:
+                holder.session = InferenceSession(model_path, opts, providers=sess.get_providers())
+            except Exception as e:
+                raise ModelError(f"cannot load OCR model {model_path}: {e}") from e
 
     def read(self, image: np.ndarray, det_max_side_px: int) -> OcrReading:
         if self._engine is None:
@@ -175,6 +191,49 @@ class RapidOcrEngine(OcrEngine):
                 )
                 lines.append(OcrLine(str(text), box, float(score)))
         return OcrReading(tuple(lines), _det_size(w, h, det_max_side_px), ocr_ms)
+
+
+INT8_DIR = Path(__file__).with_name("ocr_int8")
+
+
+@functools.lru_cache(maxsize=8)
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def int8_model_paths(rapid: Any, folder: Path = INT8_DIR) -> dict[str, Path] | None:
+    """Our INT8 model files ("det" and/or "rec") for this rapidocr instance, or None (with a
+    warning) when they are missing or were built from other models than the ones it loaded."""
+    try:
+        sources = json.loads((folder / "manifest.json").read_text())["sources"]
+    except (OSError, ValueError, KeyError) as e:
+        log.warning("INT8 OCR models unavailable (%s); reading in FP32", e)
+        return None
+    models = {"det": rapid.text_det, "rec": rapid.text_rec}
+    paths: dict[str, Path] = {}
+    for name, source in sources.items():
+        holder = getattr(models.get(name), "session", None)
+        src = str(getattr(getattr(holder, "session", None), "_model_path", ""))
+        ours = folder / f"{name}.onnx"
+        try:
+            st = os.stat(src)
+            same = _file_sha256(src, st.st_size, st.st_mtime_ns) == source["sha256"]
+        except (OSError, KeyError, TypeError):
+            same = False
+        if not same or not ours.is_file():
+            log.warning(
+                "INT8 OCR %s model was built for %s, rapidocr loaded %s; reading in FP32",
+                name,
+                source.get("file", "?") if isinstance(source, dict) else "?",
+                Path(src).name or "?",
+            )
+            return None
+        paths[name] = ours
+    return paths or None
 
 
 def _det_size(w: int, h: int, det_max_side: int) -> tuple[int, int]:

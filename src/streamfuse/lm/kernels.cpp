@@ -1,0 +1,180 @@
+// Fused CPU kernels for the int8 Gemma decode path (built on first use by kernels.py).
+//
+// Eager PyTorch spends more time dispatching ~80 small ops per layer than moving weights when
+// decoding one token. These kernels fuse the element-wise work around the int8 matrix products
+// (RMSNorm + activation quantization, int32 accumulator rescaling + residual + norm, q/k norm +
+// RoPE, GeGLU + quantization) so a layer is ~20 calls. Every kernel loops row by row with a
+// fixed summation order, so a row's result never depends on which other rows share the call:
+// greedy decoding, batched decoding and speculative verification stay token-identical.
+#include <torch/extension.h>
+
+#include <cmath>
+#include <vector>
+
+namespace {
+
+constexpr float kQMax = 127.0f;
+
+void check_rows(const at::Tensor& t, at::ScalarType dtype, const char* name) {
+  TORCH_CHECK(t.dim() == 2, name, " must be 2-D, got ", t.dim(), "-D");
+  TORCH_CHECK(t.scalar_type() == dtype, name, " has dtype ", t.scalar_type());
+  TORCH_CHECK(t.stride(1) == 1, name, " rows must be contiguous");
+}
+
+// Symmetric int8 of one row: q = round(v / amax * 127) (ties to even), returns amax.
+inline float quantize_row(const float* v, int64_t n, int8_t* q) {
+  float amax = 0.0f;
+  for (int64_t j = 0; j < n; ++j) amax = std::max(amax, std::fabs(v[j]));
+  if (amax == 0.0f) {
+    for (int64_t j = 0; j < n; ++j) q[j] = 0;
+    return 0.0f;
+  }
+  const float inv = kQMax / amax;
+  for (int64_t j = 0; j < n; ++j) q[j] = static_cast<int8_t>(std::nearbyint(v[j] * inv));
+  return amax;
+}
+
+inline float inv_rms(const float* v, int64_t n, double eps) {
+  double ss = 0.0;
+  for (int64_t j = 0; j < n; ++j) ss += static_cast<double>(v[j]) * v[j];
+  return static_cast<float>(1.0 / std::sqrt(ss / n + eps));
+}
+
+}  // namespace
+
+// x: (R, K) float -> (q int8 (R, K), amax float (R, 1)).
+std::vector<at::Tensor> quantize_rows(const at::Tensor& x) {
+  check_rows(x, at::kFloat, "x");
+  const int64_t R = x.size(0), K = x.size(1);
+  auto q = at::empty({R, K}, x.options().dtype(at::kChar));
+  auto amax = at::empty({R, 1}, x.options());
+  for (int64_t r = 0; r < R; ++r) {
+    amax.data_ptr<float>()[r] =
+        quantize_row(x.data_ptr<float>() + r * x.stride(0), K, q.data_ptr<int8_t>() + r * K);
+  }
+  return {q, amax};
+}
+
+// h = rms_norm(x) * w, quantized: (q, amax of h).
+std::vector<at::Tensor> rms_norm_quantize(const at::Tensor& x, const at::Tensor& w, double eps) {
+  check_rows(x, at::kFloat, "x");
+  const int64_t R = x.size(0), K = x.size(1);
+  TORCH_CHECK(w.numel() == K && w.is_contiguous(), "w must hold ", K, " values");
+  auto q = at::empty({R, K}, x.options().dtype(at::kChar));
+  auto amax = at::empty({R, 1}, x.options());
+  std::vector<float> h(K);
+  const float* wp = w.data_ptr<float>();
+  for (int64_t r = 0; r < R; ++r) {
+    const float* xr = x.data_ptr<float>() + r * x.stride(0);
+    const float s = inv_rms(xr, K, eps);
+    for (int64_t j = 0; j < K; ++j) h[j] = xr[j] * s * wp[j];
+    amax.data_ptr<float>()[r] = quantize_row(h.data(), K, q.data_ptr<int8_t>() + r * K);
+  }
+  return {q, amax};
+}
+
+// x += rms_norm(acc * amax * wscale) * w, in place; returns x.
+at::Tensor add_rms_norm_acc(at::Tensor x, const at::Tensor& acc, const at::Tensor& amax,
+                            const at::Tensor& wscale, const at::Tensor& w, double eps) {
+  check_rows(x, at::kFloat, "x");
+  check_rows(acc, at::kInt, "acc");
+  const int64_t R = x.size(0), K = x.size(1);
+  TORCH_CHECK(acc.size(0) == R && acc.size(1) == K, "acc shape mismatch");
+  TORCH_CHECK(wscale.numel() == K && w.numel() == K, "scale sizes mismatch");
+  std::vector<float> y(K);
+  const float* ws = wscale.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  for (int64_t r = 0; r < R; ++r) {
+    const int32_t* a = acc.data_ptr<int32_t>() + r * acc.stride(0);
+    float* xr = x.data_ptr<float>() + r * x.stride(0);
+    const float sc = amax.data_ptr<float>()[r];
+    for (int64_t j = 0; j < K; ++j) y[j] = static_cast<float>(a[j]) * sc * ws[j];
+    const float s = inv_rms(y.data(), K, eps);
+    for (int64_t j = 0; j < K; ++j) xr[j] += y[j] * s * wp[j];
+  }
+  return x;
+}
+
+// GeGLU on the fused gate|up product, quantized for the down projection.
+// acc: (R, 2F) int32, amax: (R, 1), wscale: (2F) -> (q int8 (R, F), amax (R, 1)).
+// The GELU itself is ATen's (vectorized tanh form); everything around it is fused here.
+std::vector<at::Tensor> geglu_quantize_acc(const at::Tensor& acc, const at::Tensor& amax,
+                                           const at::Tensor& wscale) {
+  check_rows(acc, at::kInt, "acc");
+  const int64_t R = acc.size(0), F = acc.size(1) / 2;
+  TORCH_CHECK(wscale.numel() == 2 * F, "wscale size mismatch");
+  auto fopt = acc.options().dtype(at::kFloat);
+  auto gate = at::empty({R, F}, fopt);
+  auto up = at::empty({R, F}, fopt);
+  const float* ws = wscale.data_ptr<float>();
+  for (int64_t r = 0; r < R; ++r) {
+    const int32_t* a = acc.data_ptr<int32_t>() + r * acc.stride(0);
+    const float s = amax.data_ptr<float>()[r];
+    float* g = gate.data_ptr<float>() + r * F;
+    float* u = up.data_ptr<float>() + r * F;
+    for (int64_t j = 0; j < F; ++j) g[j] = static_cast<float>(a[j]) * s * ws[j];
+    for (int64_t j = 0; j < F; ++j) u[j] = static_cast<float>(a[F + j]) * s * ws[F + j];
+  }
+  at::gelu_(gate, "tanh");
+  auto q = at::empty({R, F}, acc.options().dtype(at::kChar));
+  auto out_amax = at::empty({R, 1}, fopt);
+  for (int64_t r = 0; r < R; ++r) {
+    float* g = gate.data_ptr<float>() + r * F;
+    const float* u = up.data_ptr<float>() + r * F;
+    for (int64_t j = 0; j < F; ++j) g[j] *= u[j];
+    out_amax.data_ptr<float>()[r] = quantize_row(g, F, q.data_ptr<int8_t>() + r * F);
+  }
+  return {q, out_amax};
+}
+
+// From the fused q|k|v product: per-head RMSNorm of q and k times `mult` ((H+KV), D), RoPE with
+// per-row cos / signed sin tables (R, D) (rotate_half's sign folded into sin), and v.
+// Returns (qk (R, H+KV, D), v (R, KV, D)).
+std::vector<at::Tensor> qkv_norm_rope_acc(const at::Tensor& acc, const at::Tensor& amax,
+                                          const at::Tensor& wscale, const at::Tensor& mult,
+                                          const at::Tensor& cos, const at::Tensor& sin,
+                                          int64_t H, int64_t KV, int64_t D, double eps) {
+  check_rows(acc, at::kInt, "acc");
+  check_rows(cos, at::kFloat, "cos");
+  check_rows(sin, at::kFloat, "sin");
+  const int64_t R = acc.size(0), NQK = H + KV;
+  TORCH_CHECK(acc.size(1) == (NQK + KV) * D, "acc width mismatch");
+  TORCH_CHECK(mult.numel() == NQK * D && mult.is_contiguous(), "mult size mismatch");
+  TORCH_CHECK(cos.size(0) == R && cos.size(1) == D && sin.size(0) == R, "rope table mismatch");
+  auto fopt = acc.options().dtype(at::kFloat);
+  auto qk = at::empty({R, NQK, D}, fopt);
+  auto v = at::empty({R, KV, D}, fopt);
+  const float* ws = wscale.data_ptr<float>();
+  const float* mp = mult.data_ptr<float>();
+  std::vector<float> y(D);
+  const int64_t half = D / 2;
+  for (int64_t r = 0; r < R; ++r) {
+    const int32_t* a = acc.data_ptr<int32_t>() + r * acc.stride(0);
+    const float s = amax.data_ptr<float>()[r];
+    const float* c = cos.data_ptr<float>() + r * cos.stride(0);
+    const float* sn = sin.data_ptr<float>() + r * sin.stride(0);
+    float* out = qk.data_ptr<float>() + r * NQK * D;
+    for (int64_t h = 0; h < NQK; ++h) {
+      const int64_t o = h * D;
+      for (int64_t j = 0; j < D; ++j) y[j] = static_cast<float>(a[o + j]) * s * ws[o + j];
+      const float n = inv_rms(y.data(), D, eps);
+      for (int64_t j = 0; j < D; ++j) y[j] = y[j] * n * mp[o + j];
+      for (int64_t j = 0; j < D; ++j) {
+        const float rot = y[j < half ? j + half : j - half];
+        out[o + j] = y[j] * c[j] + rot * sn[j];
+      }
+    }
+    float* vo = v.data_ptr<float>() + r * KV * D;
+    const int64_t ov = NQK * D;
+    for (int64_t j = 0; j < KV * D; ++j) vo[j] = static_cast<float>(a[ov + j]) * s * ws[ov + j];
+  }
+  return {qk, v};
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("quantize_rows", &quantize_rows);
+  m.def("rms_norm_quantize", &rms_norm_quantize);
+  m.def("add_rms_norm_acc", &add_rms_norm_acc);
+  m.def("geglu_quantize_acc", &geglu_quantize_acc);
+  m.def("qkv_norm_rope_acc", &qkv_norm_rope_acc);
+}
