@@ -114,3 +114,22 @@ def test_fused_model_decodes_consistently(kern) -> None:  # type: ignore[no-unty
         torch.tensor(out[:-1]), [Segment(1, len(prompt), len(out) - 1)], pool, greedy=True
     )
     assert verify.tolist() == out[1:]
+
+
+def test_kv_write_and_greedy_head(kern) -> None:  # type: ignore[no-untyped-def]
+    torch.manual_seed(4)
+    kc, vc = torch.zeros(3, 2, 10, 8), torch.zeros(3, 2, 10, 8)
+    k, v = torch.randn(4, 2, 8), torch.randn(4, 2, 8)
+    slot, pos = torch.tensor([0, 2, 2, 1]), torch.tensor([3, 0, 9, 5])
+    kern.write_kv(kc, vc, k, v, slot, pos)
+    want_k, want_v = torch.zeros_like(kc), torch.zeros_like(vc)
+    want_k.permute(0, 2, 1, 3).index_put_((slot, pos), k)
+    want_v.permute(0, 2, 1, 3).index_put_((slot, pos), v)
+    assert torch.equal(kc, want_k) and torch.equal(vc, want_v)
+    with pytest.raises(RuntimeError, match="out of pool"):
+        kern.write_kv(kc, vc, k[:1], v[:1], torch.tensor([3]), torch.tensor([0]))
+
+    head = Int8Linear.from_float(torch.randn(50, 16))
+    x = torch.randn(3, 16)
+    acc, _ = head.accumulate(x)
+    assert kern.argmax_scaled(acc, head.scale).tolist() == head(x).argmax(-1).tolist()

@@ -290,7 +290,10 @@ class GemmaModel:
         if return_hidden:
             return x
         if greedy:
-            return self.weights.output.argmax(x)
+            head = self.weights.output
+            if self._kernels is not None and isinstance(head, Int8Linear):
+                return self._kernels.argmax_scaled(head.accumulate(x)[0], head.scale)
+            return head.argmax(x)
         logits = self.weights.output(x)
         if c.final_logit_softcapping is not None:
             cap = c.final_logit_softcapping
@@ -339,8 +342,7 @@ class GemmaModel:
         qk, v = kern.qkv_norm_rope_acc(
             acc, amax, qkv._out_scale, self._qk_norm[li], cos, sin, H, KV, D, eps
         )
-        pool.k[li].permute(0, 2, 1, 3).index_put_((slot_idx, pos), qk[:, H:])
-        pool.v[li].permute(0, 2, 1, 3).index_put_((slot_idx, pos), v)
+        kern.write_kv(pool.k[li], pool.v[li], qk[:, H:], v, slot_idx, pos)
         attn = self._attention(li, qk[:, :H], segments, pool)
         aq, amax = kern.quantize_rows(attn)
         x = kern.add_rms_norm_acc(

@@ -171,7 +171,72 @@ std::vector<at::Tensor> qkv_norm_rope_acc(const at::Tensor& acc, const at::Tenso
   return {qk, v};
 }
 
+// Writes each row's keys and values into its slot and position of one layer's pool tensors
+// (slots, kv_heads, tokens, head_dim): one call instead of two index_put_ over permuted views.
+void write_kv(at::Tensor kc, at::Tensor vc, const at::Tensor& k, const at::Tensor& v,
+              const at::Tensor& slot, const at::Tensor& pos) {
+  TORCH_CHECK(kc.is_contiguous() && vc.is_contiguous(), "pool tensors must be contiguous");
+  TORCH_CHECK(kc.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat, "float32 only");
+  const int64_t R = k.size(0), KV = kc.size(1), T = kc.size(2), D = kc.size(3);
+  TORCH_CHECK(k.size(1) == KV && k.size(2) == D && v.size(0) == R, "k/v shape mismatch");
+  TORCH_CHECK(slot.numel() == R && pos.numel() == R, "one slot and position per row");
+  const int64_t* sp = slot.data_ptr<int64_t>();
+  const int64_t* pp = pos.data_ptr<int64_t>();
+  for (int64_t r = 0; r < R; ++r) {
+    TORCH_CHECK(sp[r] >= 0 && sp[r] < kc.size(0) && pp[r] >= 0 && pp[r] < T, "row out of pool");
+    for (int64_t h = 0; h < KV; ++h) {
+      const int64_t dst = ((sp[r] * KV + h) * T + pp[r]) * D;
+      const float* ks = k.data_ptr<float>() + r * k.stride(0) + h * k.stride(1);
+      const float* vs = v.data_ptr<float>() + r * v.stride(0) + h * v.stride(1);
+      float* kd = kc.data_ptr<float>() + dst;
+      float* vd = vc.data_ptr<float>() + dst;
+      for (int64_t j = 0; j < D; ++j) kd[j] = ks[j * k.stride(2)];
+      for (int64_t j = 0; j < D; ++j) vd[j] = vs[j * v.stride(2)];
+    }
+  }
+}
+
+// Greedy next tokens from the int8 head: per row, the first index maximizing acc * scale
+// (the row's activation scale is one positive factor and cannot change the order).
+at::Tensor argmax_scaled(const at::Tensor& acc, const at::Tensor& scale) {
+  check_rows(acc, at::kInt, "acc");
+  const int64_t R = acc.size(0), V = acc.size(1);
+  TORCH_CHECK(scale.numel() == V && scale.is_contiguous(), "scale size mismatch");
+  auto out = at::empty({R}, acc.options().dtype(at::kLong));
+  const float* sc = scale.data_ptr<float>();
+  constexpr int64_t L = 16;  // independent lanes: the compiler vectorizes the max pass
+  for (int64_t r = 0; r < R; ++r) {
+    const int32_t* a = acc.data_ptr<int32_t>() + r * acc.stride(0);
+    float lane[L];
+    for (int64_t l = 0; l < L; ++l) lane[l] = -INFINITY;
+    const int64_t body = V - V % L;
+    for (int64_t j = 0; j < body; j += L) {
+      for (int64_t l = 0; l < L; ++l) {
+        const float x = static_cast<float>(a[j + l]) * sc[j + l];
+        lane[l] = x > lane[l] ? x : lane[l];
+      }
+    }
+    float best = -INFINITY;
+    for (int64_t l = 0; l < L; ++l) best = lane[l] > best ? lane[l] : best;
+    for (int64_t j = body; j < V; ++j) {
+      const float x = static_cast<float>(a[j]) * sc[j];
+      best = x > best ? x : best;
+    }
+    int64_t arg = 0;  // the first index reaching the maximum (same product, same rounding)
+    for (int64_t j = 0; j < V; ++j) {
+      if (static_cast<float>(a[j]) * sc[j] == best) {
+        arg = j;
+        break;
+      }
+    }
+    out.data_ptr<int64_t>()[r] = arg;
+  }
+  return out;
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("write_kv", &write_kv);
+  m.def("argmax_scaled", &argmax_scaled);
   m.def("quantize_rows", &quantize_rows);
   m.def("rms_norm_quantize", &rms_norm_quantize);
   m.def("add_rms_norm_acc", &add_rms_norm_acc);

@@ -89,7 +89,7 @@ class Int8Linear:
     def from_float(cls, weight: Tensor) -> Int8Linear:
         return cls(*quantize_rows(weight))
 
-    def _accumulate(self, x: Tensor) -> tuple[Tensor, Tensor]:
+    def accumulate(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """Exact int32 products of the int8 rows of `x` (one absmax scale each) and the weight.
 
         Returns (accumulators, row absmax); an all-zero row has absmax 0, so whatever its
@@ -100,13 +100,13 @@ class Int8Linear:
         return torch._int_mm(xq, self._qweight_t), amax
 
     def __call__(self, x: Tensor) -> Tensor:
-        acc, amax = self._accumulate(x)
+        acc, amax = self.accumulate(x)
         return acc.mul(amax).mul_(self._out_scale)
 
     def argmax(self, x: Tensor) -> Tensor:
         # A row's activation scale is one positive factor: it cannot change which output is
         # largest, so greedy decoding skips that pass over the (vocabulary-sized) logits.
-        acc, _ = self._accumulate(x)
+        acc, _ = self.accumulate(x)
         return acc.mul(self.scale).argmax(dim=-1)
 
     def dense_weight(self) -> Tensor:
