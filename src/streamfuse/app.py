@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -81,6 +82,8 @@ class Job:
     policies: dict[str, ResolutionPolicy] = field(default_factory=dict)
     #: Signals shared by the adaptive policies (None with the fixed policy).
     signals: QosSignals | None = None
+    #: Worker pools shared by several stages (shut down when the job ends).
+    executors: list[ThreadPoolExecutor] = field(default_factory=list)
     cpu_start_s: float = field(default_factory=lambda: _cpu_s())
     wall_start_s: float = field(default_factory=time.monotonic)
 
@@ -146,6 +149,17 @@ async def build_pipeline(
         if sinks:  # ASR latency reaches the vision policies through the emitted events
             sinks[0].listeners.append(signals.on_record)
     vision_config, asr_config = share_cores(config, len(inputs))
+    # Several streams' OCR reads share one pool, a worker per core's worth of OCR threads:
+    # reads are served first come, first served instead of time-slicing the cores.
+    cores = os.cpu_count() or 1
+    ocr_pool = (
+        ThreadPoolExecutor(
+            max_workers=max(1, cores // vision_config.ocr.intra_op_threads),
+            thread_name_prefix="sf-ocr",
+        )
+        if config.ocr and len(inputs) > 1
+        else None
+    )
     # One language-model stage for all streams: it keeps a context per stream and batches
     # their answers through one KV-cache pool.
     lm = LMStage(config.lm) if config.lm is not None else None
@@ -175,6 +189,8 @@ async def build_pipeline(
                     signals=signals,
                 )
             ocr = OcrStage(vision_config, policy=vision_policy, name=f"ocr:{stream_id}")
+            if ocr_pool is not None:
+                ocr.share_executor(ocr_pool)
             ocr_stages[stream_id] = ocr
             policies[stream_id] = ocr.policy
             pipeline.link(source, change, maxsize=config.video_queue)
@@ -210,6 +226,7 @@ async def build_pipeline(
         ocr_stages=ocr_stages,
         policies=policies,
         signals=signals,
+        executors=[ocr_pool] if ocr_pool is not None else [],
     )
 
 
@@ -224,4 +241,8 @@ async def run_job(job: Job, sinks: list[EventSink]) -> None:
             sink.deliver(warning.to_record())
     job.wall_start_s = time.monotonic()
     job.cpu_start_s = _cpu_s()
-    await job.pipeline.run()
+    try:
+        await job.pipeline.run()
+    finally:
+        for executor in job.executors:
+            executor.shutdown(wait=False, cancel_futures=True)

@@ -42,3 +42,21 @@ def test_accept_greedy_keeps_the_agreeing_prefix_plus_the_model_token() -> None:
 def test_rejects_bad_ngram_bounds() -> None:
     with pytest.raises(ValueError):
         NgramDrafter(max_ngram=1, min_ngram=2)
+
+
+def test_draft_length_adapts_to_acceptance() -> None:
+    d = NgramDrafter([1, 2, 3, 1, 2, 3], max_draft=8, pause_steps=2)
+    assert d.allowance() == 8
+    d.observe(8, 8)
+    assert d.allowance() == 8  # all accepted: stays at the maximum
+    d.observe(8, 2)
+    assert d.allowance() == 3  # just past the accepted run
+    d.observe(3, 0)
+    assert d.allowance() == 1
+    d.observe(1, 0)  # none accepted at one token: pause, then try one again
+    assert [d.allowance() for _ in range(3)] == [0, 0, 1]
+    d.observe(1, 1)
+    d.observe(2, 2)
+    assert d.allowance() == 4  # quoting again: back up by doubling
+    d.observe(0, 0)  # nothing proposed: no change
+    assert d.allowance() == 4

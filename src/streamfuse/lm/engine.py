@@ -470,6 +470,7 @@ class LMEngine:
                 max_ngram=spec.max_ngram,
                 min_ngram=spec.min_ngram,
                 window=spec.lookup_tokens,
+                max_draft=spec.max_draft,
             )
 
     def _plan(self) -> list[_Work]:
@@ -483,7 +484,7 @@ class LMEngine:
             drafts: list[int] = []
             if seq.drafter is not None:
                 left = seq.req.max_new_tokens - len(seq.handle.tokens) - 1
-                k = min(self.config.speculative.max_draft, left, budget - 1)
+                k = min(seq.drafter.allowance(), left, budget - 1)
                 drafts = seq.drafter.draft(k)
             tokens = [seq.last_token, *drafts]
             if not self._make_room(seq, len(tokens)):
@@ -576,6 +577,8 @@ class LMEngine:
                 self.pool.set_length(seq.slot, len(seq.ids))
                 self.stats.draft_tokens += len(w.drafts)
                 self.stats.accepted_drafts += accepted
+                if seq.drafter is not None:
+                    seq.drafter.observe(len(w.drafts), accepted)
             self._emit(seq, new)
 
     def _emit(self, seq: _Seq, new: list[int]) -> None:

@@ -6,6 +6,12 @@ output quotes its input (transcripts, slides, code). The engine appends the draf
 sequence's next decode row, runs them in the same forward as everything else, and keeps the
 longest prefix on which the model's own greedy choice agrees, plus the model's next token, so
 the output is exactly what plain greedy decoding would produce.
+
+Drafts that get rejected still cost verification rows, so each drafter adapts how many tokens
+it proposes (`allowance` / `observe`): all accepted doubles it (up to `max_draft`), a partial
+match sets it just past the accepted run, none accepted halves it, and at zero drafting pauses
+for `pause_steps` steps before trying one token again. A quoting answer keeps full drafts; free
+text, where n-gram matches are mostly coincidental, falls back to near-plain decoding.
 """
 
 from __future__ import annotations
@@ -23,9 +29,17 @@ class NgramDrafter:
         max_ngram: int = 3,
         min_ngram: int = 1,
         window: int = 4096,
+        max_draft: int = 8,
+        pause_steps: int = 8,
     ) -> None:
         if not 1 <= min_ngram <= max_ngram:
             raise ValueError(f"need 1 <= min_ngram <= max_ngram, got {min_ngram}, {max_ngram}")
+        if max_draft < 1:
+            raise ValueError(f"max_draft must be >= 1, got {max_draft}")
+        self.max_draft = max_draft
+        self.pause_steps = pause_steps
+        self.budget = max_draft  # tokens the next draft may have
+        self._paused = 0
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
         self.window = max(window, 2 * max_ngram)
@@ -61,6 +75,27 @@ class NgramDrafter:
         self._last = {}
         for t in keep:
             self._append(t)
+
+    def allowance(self) -> int:
+        """How many tokens to draft this step (0 while paused); call once per step."""
+        if self._paused > 0:
+            self._paused -= 1
+            return 0
+        return self.budget
+
+    def observe(self, proposed: int, accepted: int) -> None:
+        """Adapt the draft length to how a verified draft of `proposed` tokens fared."""
+        if proposed <= 0:
+            return
+        if accepted >= proposed:
+            self.budget = min(self.max_draft, 2 * self.budget)
+        elif accepted > 0:
+            self.budget = min(self.max_draft, accepted + 1)
+        else:
+            self.budget //= 2
+            if self.budget == 0:
+                self.budget = 1
+                self._paused = self.pause_steps
 
     def draft(self, max_tokens: int) -> list[int]:
         """Up to `max_tokens` tokens predicted to follow the current history."""

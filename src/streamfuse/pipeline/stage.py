@@ -68,6 +68,7 @@ class Stage(ABC):
         self.stats = StageStats()
         self._threads = threads
         self._executor: ThreadPoolExecutor | None = None
+        self._owns_executor = True
         self._backlog: Callable[[], int] = lambda: 0
         self._input_policy = OverloadPolicy.BLOCK
         #: Wall time (monotonic) the pipeline started streaming, set by the runner.
@@ -98,6 +99,17 @@ class Stage(ABC):
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
 
+    def share_executor(self, executor: ThreadPoolExecutor) -> None:
+        """Run this stage's blocking calls on `executor`, owned (and shut down) by the caller.
+
+        Several streams' model stages sharing one pool with a worker per core take their
+        calls first come, first served, instead of time-slicing the cores among all of them:
+        when four streams need a read at the same instant on two cores, two finish after one
+        read's time and two after two, rather than all four after nearly two.
+        """
+        self._executor = executor
+        self._owns_executor = False
+
     @property
     def backlog(self) -> int:
         """Data frames waiting at this stage's input right now (lets a stage coalesce work)."""
@@ -118,7 +130,7 @@ class Stage(ABC):
         self._input_policy = queue.policy
 
     def _shutdown_executor(self) -> None:
-        if self._executor is not None:
+        if self._executor is not None and self._owns_executor:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
 
