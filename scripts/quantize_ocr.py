@@ -36,7 +36,6 @@ import logging
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -142,21 +141,10 @@ def fp32_nodes(model: Any) -> list[str]:
 def quantize(src: Path, dst: Path, inputs: list[dict[str, np.ndarray]]) -> None:
     import onnx
     from onnx import version_converter
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self._it: Iterator[dict[str, np.ndarray]] = iter(inputs)
-
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self._it, None)
+    from streamfuse.vision.onnx_quant import calibration_reader
 
     with tempfile.TemporaryDirectory() as tmp:
         # Per-channel DequantizeLinear needs opset >= 13; rapidocr's models are opset 11.
@@ -169,7 +157,7 @@ def quantize(src: Path, dst: Path, inputs: list[dict[str, np.ndarray]]) -> None:
         quantize_static(
             str(pre),
             str(dst),
-            Reader(),
+            calibration_reader(inputs),
             quant_format=QuantFormat.QDQ,
             activation_type=QuantType.QUInt8,
             weight_type=QuantType.QInt8,

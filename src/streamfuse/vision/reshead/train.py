@@ -220,29 +220,18 @@ def quantize(
     per_channel: bool = False,
 ) -> None:
     """Static INT8 quantization (uint8 activations, int8 weights) calibrated on thumbnails."""
-    from onnxruntime.quantization import (
-        CalibrationDataReader,
-        CalibrationMethod,
-        QuantFormat,
-        QuantType,
-        quantize_static,
-    )
+    from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    class Reader(CalibrationDataReader):
-        def __init__(self, thumbs: np.ndarray) -> None:
-            x = model_input(thumbs)
-            self._it = iter([{"thumb": x[i : i + 1]} for i in range(len(x))])
+    from streamfuse.vision.onnx_quant import calibration_reader
 
-        def get_next(self) -> dict[str, np.ndarray] | None:
-            return next(self._it, None)
-
+    x = model_input(calib_thumbs)
     prep = out_path.with_suffix(".prep.onnx")
     quant_pre_process(str(fp32_path), str(prep), skip_symbolic_shape=True)
     quantize_static(
         str(prep),
         str(out_path),
-        Reader(calib_thumbs),
+        calibration_reader({"thumb": x[i : i + 1]} for i in range(len(x))),
         quant_format=QuantFormat.QDQ if fmt == "QDQ" else QuantFormat.QOperator,
         per_channel=per_channel,
         activation_type=QuantType.QUInt8,
