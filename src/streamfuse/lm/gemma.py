@@ -301,7 +301,8 @@ class GemmaModel:
         return logits
 
     def _attention(self, li: int, q: Tensor, segments: Sequence[Segment], pool: KVPool) -> Tensor:
-        """Each segment's queries (rows, H*D) against its slot's cache in layer `li`."""
+        """Each segment's queries (rows, H, D) against its slot's cache in layer `li`; returns
+        (rows, H*D)."""
         c = self.config
         window = c.sliding_window if c.layer_types[li] == SLIDING else None
         if len(segments) == 1:

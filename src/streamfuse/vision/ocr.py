@@ -137,8 +137,20 @@ class RapidOcrEngine(OcrEngine):
             raise ModelError("rapidocr did not load its text detector")
         int8 = int8_model_paths(self._engine) if self.config.precision == "int8" else None
         self.precision = "int8" if int8 else "fp32"
+        if int8:
+            fp32 = {
+                name: Path(getattr(model.session.session, "_model_path", ""))
+                for name, model in (("det", self._engine.text_det), ("rec", self._engine.text_rec))
+            }
+            try:
+                self._rebuild_sessions(int8)
+            except ModelError as e:
+                log.warning("%s; reading in FP32", e)
+                self.precision, int8 = "fp32", None
+                self._rebuild_sessions(fp32)
+        elif not self.config.ort_allow_spinning:
+            self._rebuild_sessions({})
         if int8 or not self.config.ort_allow_spinning:
-            self._rebuild_sessions(int8 or {})
             self._engine(_warmup_image())  # the new sessions' first run is slow too
 
     def _rebuild_sessions(self, paths: dict[str, Path]) -> None:
