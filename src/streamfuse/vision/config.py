@@ -107,6 +107,15 @@ class OcrConfig(BaseModel):
         "only while they match the installed rapidocr models, else FP32 with a warning. "
         "`fp32`: rapidocr's own models.",
     )
+    rec_batch_size: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Text lines per recognizer call (rapidocr `Rec.rec_batch_num`). A batch is "
+        "padded to its widest line, so on a CPU one line per call is cheaper (a 5-line slide: "
+        "0.23 vs 0.38 CPU-s of recognition with rapidocr's default of 6) and never mixes a "
+        "line with another line's padding.",
+    )
     use_cls: bool = Field(
         False,
         description="Run the text-direction classifier (only needed for upside-down text; "

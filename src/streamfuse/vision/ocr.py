@@ -117,6 +117,7 @@ class RapidOcrEngine(OcrEngine):
             "Global.max_side_len": self._GLOBAL_MAX_SIDE,
             "Det.limit_type": "max",
             "Det.limit_side_len": c.det_max_side_px,
+            "Rec.rec_batch_num": c.rec_batch_size,
             "EngineConfig.onnxruntime.intra_op_num_threads": c.intra_op_threads,
             "EngineConfig.onnxruntime.inter_op_num_threads": c.inter_op_threads,
         }
