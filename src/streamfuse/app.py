@@ -115,7 +115,8 @@ def _cpu_s() -> float:
 
 
 def share_cores(config: StreamfuseConfig, n_streams: int) -> tuple[VisionConfig, AsrConfig]:
-    """Cap each stream's model threads at its share of the cores.
+    """Cap each stream's model threads at its share of the cores (and resolve the OCR
+    precision `auto`: INT8 when several streams share them, FP32 for one).
 
     Every stream has its own OCR and ASR sessions; with more streams than cores, per-session
     thread pools larger than the share only oversubscribe the CPU (threads preempt each other
@@ -123,11 +124,10 @@ def share_cores(config: StreamfuseConfig, n_streams: int) -> tuple[VisionConfig,
     """
     share = max(1, (os.cpu_count() or 1) // max(1, n_streams))
     ocr = config.vision.ocr
-    vision = config.vision.model_copy(
-        update={
-            "ocr": ocr.model_copy(update={"intra_op_threads": min(ocr.intra_op_threads, share)})
-        }
-    )
+    update: dict[str, object] = {"intra_op_threads": min(ocr.intra_op_threads, share)}
+    if ocr.precision == "auto":
+        update["precision"] = "int8" if n_streams > 1 else "fp32"
+    vision = config.vision.model_copy(update={"ocr": ocr.model_copy(update=update)})
     asr = config.asr_config.model_copy(
         update={"cpu_threads": min(config.asr_config.cpu_threads, share)}
     )

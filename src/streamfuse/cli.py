@@ -37,6 +37,7 @@ class VisionPolicyChoice(StrEnum):
 
 
 class OcrPrecisionChoice(StrEnum):
+    auto = "auto"
     int8 = "int8"
     fp32 = "fp32"
 
@@ -136,8 +137,8 @@ def run(
         OcrPrecisionChoice | None,
         typer.Option(
             "--ocr-precision",
-            help="OCR detector precision: int8 (default; ~2x less CPU) or fp32 (rapidocr's "
-            "own model).",
+            help="OCR detector precision: int8 (~1.6x less CPU per read), fp32 (rapidocr's own "
+            "model) or auto (default: int8 with several inputs, fp32 with one).",
         ),
     ] = None,
     ask: Annotated[

@@ -224,6 +224,17 @@ def test_streams_share_the_cores_between_their_model_threads() -> None:
     assert config.vision.ocr.intra_op_threads >= 1  # the shared config is not modified
 
 
+def test_auto_ocr_precision_is_int8_only_when_streams_share_the_machine() -> None:
+    from streamfuse.app import StreamfuseConfig, share_cores
+
+    config = StreamfuseConfig()
+    assert config.vision.ocr.precision == "auto"
+    assert share_cores(config, 1)[0].ocr.precision == "fp32"
+    assert share_cores(config, 4)[0].ocr.precision == "int8"
+    pinned = StreamfuseConfig(vision={"ocr": {"precision": "int8"}})
+    assert share_cores(pinned, 1)[0].ocr.precision == "int8"
+
+
 def test_ask_wires_one_language_model_stage_over_every_stream(assets) -> None:  # type: ignore[no-untyped-def]
     from streamfuse.app import StreamfuseConfig, build_pipeline
     from streamfuse.lm.stage import LMStage

@@ -99,13 +99,15 @@ class OcrConfig(BaseModel):
         "(rapidocr `Det.limit_type=max`, `Det.limit_side_len`). Recognition always reads "
         "crops of the full-resolution frame, normalized to 48 px high by the recognizer.",
     )
-    precision: Literal["int8", "fp32"] = Field(
-        "int8",
-        description="OCR model precision. `int8`: statically quantized copies of rapidocr's "
-        "detector and recognizer shipped with streamfuse (`scripts/quantize_ocr.py`; about 2x "
-        "less CPU per read, CER within a few tenths of a point of FP32 on held-out slides); used "
-        "only while they match the installed rapidocr models, else FP32 with a warning. "
-        "`fp32`: rapidocr's own models.",
+    precision: Literal["auto", "int8", "fp32"] = Field(
+        "auto",
+        description="Text detector precision. `int8`: a statically quantized copy of rapidocr's "
+        "detector shipped with streamfuse (`scripts/quantize_ocr.py`; ~1.6x less CPU per read, "
+        "same CER on held-out slides), used only while it matches the installed rapidocr model, "
+        "else FP32 with a warning. `fp32`: rapidocr's own model. `auto` (default): INT8 when "
+        "several streams share the machine (OCR reads are then the contended resource), FP32 "
+        "for a single stream (in single-stream live runs the INT8 detector's bursts coincided "
+        "with a higher ASR p95: 2.97-3.79 s vs 2.82-2.96 s over 3-4 runs each).",
     )
     rec_batch_size: int = Field(
         1,

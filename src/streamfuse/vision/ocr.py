@@ -104,8 +104,8 @@ class RapidOcrEngine(OcrEngine):
     def __init__(self, config: OcrConfig | None = None) -> None:
         self.config = config or OcrConfig()
         self._engine: Any = None
-        #: The precision the loaded models run at (the configured one unless INT8 is unusable).
-        self.precision = self.config.precision
+        #: The precision the loaded models run at: "int8" or "fp32".
+        self.precision = "fp32" if self.config.precision == "fp32" else "int8"
 
     def params(self) -> dict[str, Any]:
         """The rapidocr parameters this engine is built with."""
@@ -136,7 +136,8 @@ class RapidOcrEngine(OcrEngine):
             raise ModelError(f"cannot load the rapidocr models: {e}") from e
         if getattr(self._engine, "text_det", None) is None:
             raise ModelError("rapidocr did not load its text detector")
-        int8 = int8_model_paths(self._engine) if self.config.precision == "int8" else None
+        want_int8 = self.config.precision in ("int8", "auto")  # the app resolves auto per job
+        int8 = int8_model_paths(self._engine) if want_int8 else None
         self.precision = "int8" if int8 else "fp32"
         if int8:
             fp32 = {
