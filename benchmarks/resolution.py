@@ -103,17 +103,17 @@ def _timed_engine_class() -> type:
 async def _run(
     inputs: list[Path],
     *,
-    policy: str,
+    variant: str,
     realtime: bool,
     budget_s: float,
     full_side_px: int,
     intra_op_threads: int | None = None,
     hog: tuple[int, float, float] | None = None,
     start_side_px: int | None = None,
-    content_crop: bool = True,
-    precision: str | None = None,
 ) -> dict[str, Any]:
-    """One run through the app's pipeline; returns records, per-stream OCR CPU and policy stats."""
+    """One run of a `VARIANTS` entry through the app's pipeline; returns records, per-stream
+    OCR CPU and policy stats."""
+    policy, precision, content_crop = VARIANTS[variant]
     from streamfuse.app import StreamfuseConfig, build_pipeline, run_job
     from streamfuse.qos.adaptive import AdaptiveConfig, AdaptiveResolution
     from streamfuse.sinks import CollectSink
@@ -374,14 +374,11 @@ def single_stream(
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     for _ in range(repeats):
         for name in names:
-            policy, precision, crop = VARIANTS[name]
             runs[name].append(
                 asyncio.run(
                     _run(
                         [clip],
-                        policy=policy,
-                        precision=precision,
-                        content_crop=crop,
+                        variant=name,
                         realtime=False,
                         budget_s=budget_s,
                         full_side_px=max(w, h),
@@ -432,13 +429,10 @@ def multi_stream(
         "duration_s": round(duration, 2),
     }
     for name in policies:
-        policy, precision, crop = VARIANTS[name]
         r = asyncio.run(
             _run(
                 clips,
-                policy=policy,
-                precision=precision,
-                content_crop=crop,
+                variant=name,
                 realtime=True,
                 budget_s=budget_s,
                 full_side_px=max(w, h),

@@ -30,7 +30,6 @@ CPU-s at 960 px; the detector: 0.57 -> 0.30) and dropped spaces between words (h
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import sys
@@ -47,14 +46,6 @@ CLIPS = (ROOT / "assets" / "demo" / "lecture.mp4", ROOT / "assets" / "test" / "s
 DET_SIDES = (640, 960, 1280)
 
 log = logging.getLogger("quantize_ocr")
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def clip_frames(path: Path, every_s: float) -> list[np.ndarray]:
@@ -221,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import cv2
 
+    from streamfuse.models import file_sha256
+
     cv2.setNumThreads(1)
     t0 = time.monotonic()
     images = calibration_images(args.calib_slides, seed=2024)
@@ -232,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         src = Path(model.session.session._model_path)
         log.info("quantizing %s (%s) on %d input batches", name, src.name, len(inputs[name]))
         quantize(src, args.out / f"{name}.onnx", inputs[name])
-        sources[name] = {"file": src.name, "sha256": sha256(src)}
+        sources[name] = {"file": src.name, "sha256": file_sha256(src)}
     manifest: dict[str, Any] = {
         "about": "Static INT8 (QDQ, per-channel weights) copies of rapidocr's PP-OCR models; "
         "built by scripts/quantize_ocr.py",
@@ -245,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             "det_sides_px": list(DET_SIDES),
             "det_batches": len(inputs["det"]),
         },
-        "files": {f"{n}.onnx": sha256(args.out / f"{n}.onnx") for n in sources},
+        "files": {f"{n}.onnx": file_sha256(args.out / f"{n}.onnx") for n in sources},
     }
     (args.out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     log.info("evaluating on %d held-out slides", args.eval_slides)

@@ -171,12 +171,15 @@ class GemmaModel:
             for lw in weights.layers
         ]
         self._kernels: Any = None
-        int8 = all(
-            isinstance(lin, Int8Linear)
-            for lw in weights.layers
-            for lin in (lw.qkv, lw.o, lw.gate_up, lw.down)
-        )
-        if fused and int8 and weights.layers:
+        # Per layer (qkv, o, gate_up, down) when every linear is int8: what the kernels run.
+        self._int8: list[tuple[Int8Linear, Int8Linear, Int8Linear, Int8Linear]] = []
+        for lw in weights.layers:
+            lins = (lw.qkv, lw.o, lw.gate_up, lw.down)
+            if not all(isinstance(lin, Int8Linear) for lin in lins):
+                self._int8 = []
+                break
+            self._int8.append(lins)  # type: ignore[arg-type]  # narrowed by the check above
+        if fused and self._int8:
             from streamfuse.lm.kernels import load_kernels
 
             self._kernels = load_kernels()
@@ -335,9 +338,7 @@ class GemmaModel:
         kern = self._kernels
         eps = c.rms_norm_eps
         H, KV, D = c.num_heads, c.num_kv_heads, c.head_dim
-        qkv, o, gate_up, down = lw.qkv, lw.o, lw.gate_up, lw.down
-        assert isinstance(qkv, Int8Linear) and isinstance(o, Int8Linear)
-        assert isinstance(gate_up, Int8Linear) and isinstance(down, Int8Linear)
+        qkv, o, gate_up, down = self._int8[li]
         xq, amax = kern.rms_norm_quantize(x, lw.attn_norm, eps)
         acc = torch._int_mm(xq, qkv._qweight_t)
         qk, v = kern.qkv_norm_rope_acc(

@@ -18,11 +18,8 @@ the key frame's arrival.
 from __future__ import annotations
 
 import asyncio
-import functools
-import hashlib
 import json
 import logging
-import os
 import re
 import time
 from abc import ABC, abstractmethod
@@ -36,6 +33,7 @@ from rapidfuzz import fuzz
 
 from streamfuse.errors import ModelError
 from streamfuse.frames import EventFrame, Frame, now_wall
+from streamfuse.models import file_sha256
 from streamfuse.pipeline.queues import OverloadPolicy
 from streamfuse.pipeline.stage import Stage
 from streamfuse.telemetry.metrics import instruments
@@ -210,15 +208,6 @@ class RapidOcrEngine(OcrEngine):
 INT8_DIR = Path(__file__).with_name("ocr_int8")
 
 
-@functools.lru_cache(maxsize=8)
-def _file_sha256(path: str, size: int, mtime_ns: int) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def int8_model_paths(rapid: Any, folder: Path = INT8_DIR) -> dict[str, Path] | None:
     """Our INT8 model files ("det" and/or "rec") for this rapidocr instance, or None (with a
     warning) when they are missing or were built from other models than the ones it loaded."""
@@ -234,8 +223,7 @@ def int8_model_paths(rapid: Any, folder: Path = INT8_DIR) -> dict[str, Path] | N
         src = str(getattr(getattr(holder, "session", None), "_model_path", ""))
         ours = folder / f"{name}.onnx"
         try:
-            st = os.stat(src)
-            same = _file_sha256(src, st.st_size, st.st_mtime_ns) == source["sha256"]
+            same = file_sha256(src) == source["sha256"]
         except (OSError, KeyError, TypeError):
             same = False
         if not same or not ours.is_file():
