@@ -12,13 +12,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
 from streamfuse.audio import AsrConfig, AsrStage
 from streamfuse.errors import SourceError
+from streamfuse.events import EventRecord, StatsPayload
 from streamfuse.frames import ErrorFrame
 from streamfuse.lm.stage import LMStage, LMStageConfig
 from streamfuse.pipeline import OverloadPolicy, Pipeline, Stage
@@ -87,20 +88,25 @@ class Job:
     cpu_start_s: float = field(default_factory=lambda: _cpu_s())
     wall_start_s: float = field(default_factory=time.monotonic)
 
-    def summary(self) -> dict[str, object]:
+    def summary(self) -> dict[str, Any]:
         """The final `stats` record of the run."""
         media = [s.duration_s for s in self.sources if s.duration_s]
-        return {
-            "type": "stats",
-            "final": True,
-            "t_start": 0.0,
-            "t_end": round(max(media), 3) if media else 0.0,
-            "latency_ms": 0.0,
-            "realtime": any(s.pacer.realtime for s in self.sources),
-            "wall_s": round(self._streaming_s(), 3),
-            "cpu_s": round(_cpu_s() - self.cpu_start_s, 3),
-            "stages": self.pipeline.snapshot(),
-        }
+        payload = StatsPayload(
+            final=True,
+            realtime=any(s.pacer.realtime for s in self.sources),
+            wall_s=round(self._streaming_s(), 3),
+            cpu_s=round(_cpu_s() - self.cpu_start_s, 3),
+            stages=self.pipeline.snapshot(),
+        )
+        record = EventRecord(
+            type=payload.type,
+            stream_id="*",
+            t_start=0.0,
+            t_end=round(max(media), 3) if media else 0.0,
+            latency_ms=0.0,
+            payload=payload,
+        )
+        return record.to_json_dict()
 
     def _streaming_s(self) -> float:
         p = self.pipeline
@@ -145,9 +151,9 @@ async def build_pipeline(
     policies: dict[str, ResolutionPolicy] = {}
     signals: QosSignals | None = None
     if config.ocr and config.vision_policy != "fixed":
+        # ASR latency and lost key frames reach the vision policies by observing the pipeline.
         signals = QosSignals()
-        if sinks:  # ASR latency reaches the vision policies through the emitted events
-            sinks[0].listeners.append(signals.on_record)
+        pipeline.observe(signals)
     vision_config, asr_config = share_cores(config, len(inputs))
     # Several streams' OCR reads share one pool, a worker per core's worth of OCR threads:
     # reads are served first come, first served instead of time-slicing the cores.
@@ -192,6 +198,8 @@ async def build_pipeline(
             if ocr_pool is not None:
                 ocr.share_executor(ocr_pool)
             ocr_stages[stream_id] = ocr
+            if signals is not None:
+                signals.watch_drops(ocr)
             policies[stream_id] = ocr.policy
             pipeline.link(source, change, maxsize=config.video_queue)
             # Live, OCR only ever needs the newest settled picture, so it never builds a

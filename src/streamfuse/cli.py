@@ -80,10 +80,11 @@ async def _run(
     jsonl = JsonlSink(out_path) if out_path else None
     if jsonl:
         sinks.append(jsonl)
-    view = ConsoleView()
-    sinks.append(view)
     job = await build_pipeline(inputs, config, sinks)
-    view.durations = {s.stream_id: s.duration_s for s in job.sources}
+    view = ConsoleView({s.stream_id: s.duration_s for s in job.sources})
+    job.pipeline.observe(view)
+    for warning in job.warnings:
+        view.show(warning)
     task = asyncio.create_task(run_job(job, sinks))
     try:
         if live:
@@ -186,6 +187,7 @@ def _run_main(
     from pydantic import ValidationError
 
     from streamfuse.app import StreamfuseConfig
+    from streamfuse.events import ErrorPayload, parse_record
 
     if not (ocr or asr):
         raise _fail("both --no-ocr and --no-asr: nothing to do")
@@ -209,14 +211,14 @@ def _run_main(
         records, _ = asyncio.run(_run(inputs, config, out_path, show_live))
     except StreamfuseError as e:
         raise _fail(str(e)) from None
-    broken = [
-        r for r in records if r["type"] == "error" and r.get("stage", "").startswith("media:")
-    ]
-    for r in records:
-        if r["type"] == "error" and r.get("stage") == "input":
-            err.print(f"[yellow]note:[/yellow] {r['message']}", highlight=False, soft_wrap=True)
+    payloads = (record.payload for record in map(parse_record, records))
+    errors = [p for p in payloads if isinstance(p, ErrorPayload)]
+    for problem in errors:
+        if problem.stage == "input":
+            err.print(f"[yellow]note:[/yellow] {problem.message}", highlight=False, soft_wrap=True)
+    broken = [p for p in errors if p.stage.startswith("media:")]
     if broken:
-        message = f"{broken[0]['message']} (partial results kept)"
+        message = f"{broken[0].message} (partial results kept)"
         err.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True)
         return 1
     if out_path:

@@ -7,12 +7,14 @@ Data frames may be dropped by an overload policy; `SystemFrame`s (end of stream,
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from streamfuse.events import ErrorPayload, EventType, Payload
 
 
 def now_wall() -> float:
@@ -72,34 +74,49 @@ class TextFrame(Frame):
     t_end: float = 0.0
 
 
+def _envelope(frame: Frame, kind: str, t_end: float, emitted_wall: float | None) -> dict[str, Any]:
+    emitted = now_wall() if emitted_wall is None else emitted_wall
+    return {
+        "type": str(kind),
+        "stream_id": frame.stream_id,
+        "t_start": round(frame.t_media, 3),
+        "t_end": round(t_end, 3),
+        "latency_ms": round(max(0.0, emitted - frame.arrival_wall) * 1000.0, 1),
+    }
+
+
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class EventFrame(Frame):
-    """A result on the timeline (`ocr`, `asr`, `asr_partial`, `lm`, `stats`, ...).
-
-    `data` holds the type-specific fields; `to_record` renders the JSON Lines contract:
-    `type`, `t_start`, `t_end`, `latency_ms` and the data fields.
+    """A result on the timeline: a typed `payload` (`streamfuse.events`) spanning
+    `t_media`..`t_end`. `to_record` renders the JSON Lines contract: the envelope (`type`,
+    `stream_id`, `t_start`, `t_end`, `latency_ms`) and the payload's fields.
     """
 
-    type: str
+    payload: Payload
     t_end: float
-    data: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def type(self) -> str:
+        return self.payload.type
 
     def to_record(self, emitted_wall: float | None = None) -> dict[str, Any]:
-        emitted = now_wall() if emitted_wall is None else emitted_wall
-        record: dict[str, Any] = {
-            "type": self.type,
-            "stream_id": self.stream_id,
-            "t_start": round(self.t_media, 3),
-            "t_end": round(self.t_end, 3),
-            "latency_ms": round(max(0.0, emitted - self.arrival_wall) * 1000.0, 1),
-        }
-        record.update(self.data)
+        record = _envelope(self, self.payload.type, self.t_end, emitted_wall)
+        record.update(self.payload.fields())
         return record
+
+
+_uids = itertools.count(1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class SystemFrame(Frame):
-    """Frames that overload policies never drop and stages pass through when not consumed."""
+    """Frames that overload policies never drop and stages pass through when not consumed.
+
+    `uid` identifies the frame across paths: where two paths of the graph join, the consumer
+    is given it once.
+    """
+
+    uid: int = field(default_factory=lambda: next(_uids))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -117,15 +134,11 @@ class ErrorFrame(SystemFrame):
     message: str
     fatal: bool = False
 
+    @property
+    def payload(self) -> ErrorPayload:
+        return ErrorPayload(stage=self.stage, message=self.message, fatal=self.fatal)
+
     def to_record(self, emitted_wall: float | None = None) -> dict[str, Any]:
-        emitted = now_wall() if emitted_wall is None else emitted_wall
-        return {
-            "type": "error",
-            "stream_id": self.stream_id,
-            "t_start": round(self.t_media, 3),
-            "t_end": round(self.t_media, 3),
-            "latency_ms": round(max(0.0, emitted - self.arrival_wall) * 1000.0, 1),
-            "stage": self.stage,
-            "message": self.message,
-            "fatal": self.fatal,
-        }
+        record = _envelope(self, EventType.ERROR, self.t_media, emitted_wall)
+        record.update(self.payload.fields())
+        return record

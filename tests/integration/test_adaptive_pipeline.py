@@ -60,7 +60,7 @@ def test_job_builds_one_adaptive_policy_per_stream(assets: Path) -> None:
         policies = list(job.policies.values())
         assert all(isinstance(p, AdaptiveResolution) for p in policies)
         assert policies[0] is not policies[1]
-        assert job.signals is not None and job.signals.on_record in sink.listeners
+        assert job.signals is not None and job.signals in job.pipeline.observers
         stage = job.ocr_stages["0:short"]
         assert stage.policy is policies[0]
     finally:

@@ -7,14 +7,15 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from streamfuse.events import AsrPartialPayload, AsrPayload, OcrLine, OcrPayload, Payload
 from streamfuse.frames import EventFrame, Frame, TextFrame
 from streamfuse.lm.config import LMConfig
 from streamfuse.lm.engine import LMEngine
 from streamfuse.lm.stage import LMStage, LMStageConfig
 from streamfuse.lm.tiny import CharTokenizer, tiny_model
 from streamfuse.pipeline import Pipeline
+from streamfuse.pipeline.source import Source
 from streamfuse.sinks import CollectSink
-from streamfuse.sources.base import Source
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +39,18 @@ def _stage(**cfg: object) -> tuple[LMStage, LMEngine]:
 
 
 def _ev(kind: str, t: float, text: str) -> EventFrame:
-    return EventFrame(type=kind, stream_id="talk", t_media=t, t_end=t + 1.0, data={"text": text})
+    payload: Payload
+    if kind == "ocr":
+        payload = OcrPayload(
+            lines=[OcrLine(text=text, box=(0, 0, 10, 10), conf=1.0)], text=text, n_lines=1,
+            resolution=(64, 64), scale=1.0, roi=(0, 0, 64, 64), ocr_ms=1.0, mean_conf=1.0,
+            frame_index=0, t_changed=t, reason="change",
+        )  # fmt: skip
+    elif kind == "asr":
+        payload = AsrPayload(text=text, words=[])
+    else:
+        payload = AsrPartialPayload(text=text)
+    return EventFrame(stream_id="talk", t_media=t, t_end=t + 1.0, payload=payload)
 
 
 def test_context_events_and_prompts_become_streamed_answers() -> None:

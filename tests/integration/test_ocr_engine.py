@@ -89,7 +89,7 @@ def iou(a: list[int] | tuple[int, ...], b: tuple[int, int, int, int]) -> float:
 def test_reads_a_drawn_two_column_slide(engine: RapidOcrEngine, size: tuple[int, int]) -> None:
     image, drawn = draw_slide(*size)
     ev = run_ocr(engine, image)
-    lines = ev.data["lines"]
+    lines = ev.payload.fields()["lines"]
     got = [ln["text"] for ln in lines]
     expected = [TITLE, *LEFT, *RIGHT]  # title, then the left column, then the right one
     assert len(got) == len(expected), got
@@ -100,8 +100,8 @@ def test_reads_a_drawn_two_column_slide(engine: RapidOcrEngine, size: tuple[int,
         assert iou(ln["box"], drawn[text]) > 0.5, (text, ln["box"], drawn[text])
         assert 0.5 <= ln["conf"] <= 1.0
     # The detector ran at the default 960-px long side, whatever the frame size.
-    assert max(ev.data["resolution"]) == 960
-    assert ev.t_media == 1.5 and ev.data["frame_index"] == 45
+    assert max(ev.payload.fields()["resolution"]) == 960
+    assert ev.t_media == 1.5 and ev.payload.fields()["frame_index"] == 45
 
 
 def test_detector_resolution_follows_the_plan(engine: RapidOcrEngine) -> None:

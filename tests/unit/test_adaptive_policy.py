@@ -248,7 +248,7 @@ def test_article_rule_fires_on_asr_latency_low_confidence_and_busy_cpu() -> None
     clock.t += 2.0
     policy.observe(obs(ocr_ms=200, conf=0.5))  # no ASR latency yet: the rule cannot fire
     assert side(policy) == 1280
-    signals.on_record({"type": "asr", "stream_id": "s", "latency_ms": 450.0})
+    signals.record_asr_latency("s", 0.45)
     for _ in range(4):
         clock.t += 2.0
         policy.observe(obs(ocr_ms=200, conf=0.5))
@@ -274,16 +274,6 @@ def test_stats_jitter_is_total_change_over_frames() -> None:
     assert st.jitter_px_per_frame == pytest.approx((256 + 64) / 300)
     assert st.frames == 301 and st.reads == 1
     assert st.to_record()["history"][1]["side_px"] == 1024
-
-
-def test_signals_keep_asr_latency_per_stream() -> None:
-    signals = QosSignals(probe=FixedProbe(), alpha=0.5)
-    assert signals.asr_latency_s("a") is None
-    signals.on_record({"type": "asr", "stream_id": "a", "latency_ms": 400.0})
-    signals.on_record({"type": "asr", "stream_id": "a", "latency_ms": 200.0})
-    signals.on_record({"type": "ocr", "stream_id": "a", "latency_ms": 9000.0})
-    assert signals.asr_latency_s("a") == pytest.approx(0.3)
-    assert signals.asr_latency_s("b") is None
 
 
 def test_shared_cpu_probe_is_cached_between_refreshes() -> None:

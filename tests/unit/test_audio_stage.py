@@ -101,14 +101,14 @@ def test_every_word_committed_once_in_order(clip: np.ndarray, max_buffer: float)
     stage = AsrStage(config, transcriber=fake)
     events, _ = asyncio.run(_run(stage, clip))
     asr = [e for e in events if e.type == "asr"]
-    words = [w["word"] for e in asr for w in e.data["words"]]
+    words = [w["word"] for e in asr for w in e.payload.fields()["words"]]
     assert words == [w for w, _, _ in script]
     assert not any(w.endswith("-") for w in words)  # cut words are never committed
-    starts = [w["t_start"] for e in asr for w in e.data["words"]]
+    starts = [w["t_start"] for e in asr for w in e.payload.fields()["words"]]
     assert starts == sorted(starts)
     # Silence is skipped: far fewer model calls than 0.5 s updates over the whole clip.
     assert fake.calls < len(clip) / SR / 0.5
-    assert any(e.type == "asr_partial" and e.data["text"] for e in events)
+    assert any(e.type == "asr_partial" and e.payload.fields()["text"] for e in events)
     # Later utterances are prompted with the committed text before the buffer.
     assert any("short test" in p for p in fake.prompts)
 
@@ -117,13 +117,13 @@ def test_event_times_and_arrival_follow_the_last_word(clip: np.ndarray) -> None:
     stage = AsrStage(AsrConfig(), transcriber=ScriptedTranscriber(clip, _truth_words()))
     events, _ = asyncio.run(_run(stage, clip))
     for e in (e for e in events if e.type == "asr"):
-        words = e.data["words"]
+        words = e.payload.fields()["words"]
         assert e.t_media == pytest.approx(words[0]["t_start"], abs=1e-3)
         assert e.t_end == pytest.approx(words[-1]["t_end"], abs=1e-3)
         # Arrival = the 20 ms window holding the last word's end (synthetic wall = 1000 + t).
         window_end = e.arrival_wall - 1000.0 + 0.02
         assert window_end - 0.02 - 1e-6 <= words[-1]["t_end"] <= window_end + 1e-3
-        assert e.data["text"] == " ".join(w["word"] for w in words)
+        assert e.payload.fields()["text"] == " ".join(w["word"] for w in words)
 
 
 def test_silence_only_never_calls_the_model() -> None:

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from streamfuse.errors import ConfigError, PipelineError
+from streamfuse.events import Payload
 from streamfuse.frames import (
     AudioFrame,
     EndOfStream,
@@ -16,12 +17,31 @@ from streamfuse.frames import (
     TextFrame,
     VideoFrame,
 )
-from streamfuse.pipeline import FrameQueue, OverloadPolicy, Pipeline, Stage
+from streamfuse.pipeline import (
+    FrameEmitted,
+    FrameProcessed,
+    FrameQueue,
+    FramesDropped,
+    Observer,
+    OverloadPolicy,
+    Pipeline,
+    Source,
+    Stage,
+)
 from streamfuse.sinks import CollectSink
-from streamfuse.sources.base import Source
 from streamfuse.sources.synthetic import SyntheticSource
 
 pytestmark = pytest.mark.unit
+
+
+class Tick(Payload):
+    type = "tick"
+    index: int
+
+
+class AudioTotal(Payload):
+    type = "audio_total"
+    n: int
 
 
 def _text(i: int) -> TextFrame:
@@ -103,11 +123,10 @@ class EveryNth(Stage):
             raise ValueError(f"cannot read frame {frame.index}")
         if frame.index % self.n == 0:
             yield EventFrame(
-                type="tick",
                 t_media=frame.t_media,
                 t_end=frame.t_end,
                 arrival_wall=frame.arrival_wall,
-                data={"index": frame.index},
+                payload=Tick(index=frame.index),
             )
 
 
@@ -124,7 +143,7 @@ class AudioCounter(Stage):
         yield
 
     async def flush(self) -> AsyncIterator[Frame]:
-        yield EventFrame(type="audio_total", t_media=0.0, t_end=0.0, data={"n": self.count})
+        yield EventFrame(t_media=0.0, t_end=0.0, payload=AudioTotal(n=self.count))
 
 
 def test_routing_errors_and_flush_order() -> None:
@@ -245,13 +264,157 @@ def test_ask_wires_one_language_model_stage_over_every_stream(assets) -> None:  
     job = asyncio.run(build_pipeline([short, short], config, [sink]))
     lms = [s for s in job.pipeline.stages if isinstance(s, LMStage)]
     assert len(lms) == 1
-    producers = job.pipeline._inbox[id(lms[0])].producers
+    producers = job.pipeline.producers_of(lms[0])
     assert sorted(p.name for p in producers) == [
         "asr:0:short",
         "asr:1:short",
         "ocr:0:short",
         "ocr:1:short",
     ]
-    assert lms[0] in job.pipeline._inbox[id(sink)].producers
+    assert lms[0] in job.pipeline.producers_of(sink)
     no_lm = asyncio.run(build_pipeline([short], StreamfuseConfig(), [CollectSink()]))
     assert not any(isinstance(s, LMStage) for s in no_lm.pipeline.stages)
+
+
+class Breaks(SyntheticSource):
+    """A synthetic input whose decoder fails part-way (as a truncated file does)."""
+
+    def __init__(self, after: int) -> None:
+        super().__init__(1.0, fps=30.0)
+        self.after = after
+
+    async def frames(self) -> AsyncIterator[Frame]:
+        n = 0
+        async for frame in super().frames():
+            if n == self.after:
+                raise OSError("decoder lost sync")
+            n += 1
+            yield frame
+
+
+class Relay(Stage):
+    """Forwards every video frame as a tick (a middle stage of a diamond)."""
+
+    input_types = (VideoFrame,)
+
+    async def process(self, frame: Frame) -> AsyncIterator[Frame]:
+        assert isinstance(frame, VideoFrame)
+        yield EventFrame(t_media=frame.t_media, t_end=frame.t_end, payload=Tick(index=frame.index))
+
+
+def test_system_frames_reach_a_join_once() -> None:
+    # source -> video path + audio path -> sink, and both paths -> a second join stage: the
+    # source's failure travels along both paths but each consumer is given it once; end of
+    # stream is still counted per producer (the sink flushes after both paths ended).
+    src = Breaks(after=40)
+    video, audio, relay = EveryNth(15), AudioCounter(), Relay()
+    sink = CollectSink()
+    p = (
+        Pipeline()
+        .link(src, video)
+        .link(src, audio, maxsize=64)
+        .link(src, relay)
+        .link(video, sink)
+        .link(audio, sink)
+        .link(relay, sink)
+    )
+    asyncio.run(p.run())
+    errors = sink.of_type("error")
+    assert len(errors) == 1, errors
+    assert "decoder lost sync" in errors[0]["message"] and errors[0]["stage"] == "synthetic"
+    assert len(sink.of_type("audio_total")) == 1  # flushed after the error, once
+    assert p.producers_of(sink) == [video, audio, relay]
+    assert p.consumers_of(src) == [video, audio, relay]
+
+
+class Recorder(Observer):
+    def __init__(self) -> None:
+        self.created: list[tuple[str, str]] = []
+        self.dropped: list[tuple[str, int, OverloadPolicy]] = []
+        self.processed: list[FrameProcessed] = []
+        self.started = self.ended = 0
+
+    def on_start(self, wall: float) -> None:
+        self.started += 1
+
+    def on_frame(self, event: FrameEmitted) -> None:
+        self.created.append((event.producer.name, type(event.frame).__name__))
+
+    def on_drop(self, event: FramesDropped) -> None:
+        self.dropped.append((event.consumer.name, len(event.frames), event.policy))
+
+    def on_processed(self, event: FrameProcessed) -> None:
+        self.processed.append(event)
+
+    def on_end(self, wall: float) -> None:
+        self.ended += 1
+
+
+def test_observers_see_created_dropped_and_processed_frames() -> None:
+    src = SyntheticSource(1.0, fps=30.0, audio=False, realtime=True)
+    slow = EveryNth(1, fail_at=3, delay_s=0.05)
+    mid = AudioCounter()  # consumes no video: error frames only pass through it
+    sink = CollectSink()
+    rec = Recorder()
+    p = Pipeline().link(src, slow, policy=OverloadPolicy.LATEST_ONLY).link(slow, mid)
+    p.link(mid, sink).observe(rec)
+    asyncio.run(p.run())
+    assert rec.started == rec.ended == 1
+    by_source = [c[1] for c in rec.created if c[0] == "synthetic"]
+    assert by_source == ["VideoFrame"] * 30 + ["EndOfStream"]  # all the source created
+    ticks = [c for c in rec.created if c == ("every_nth", "EventFrame")]
+    assert len(ticks) == len(slow.seen) - 1  # one per processed frame but the failing one
+    # The runner's error frame is reported once, by the stage that failed, not again when it
+    # passes through `mid`.
+    assert [c for c in rec.created if c[1] == "ErrorFrame"] == [("every_nth", "ErrorFrame")]
+    assert sum(n for _, n, _ in rec.dropped) == slow.stats.dropped == 30 - len(slow.seen)
+    assert all(policy is OverloadPolicy.LATEST_ONLY for _, _, policy in rec.dropped)
+    failed = [e for e in rec.processed if e.failed]
+    assert len(failed) == 1 and failed[0].stage is slow and failed[0].cause.t_media == 3 / 30
+    assert [e.stage for e in rec.processed if e.flushed] == [slow, mid, sink]
+    assert all(e.busy_s >= 0 for e in rec.processed)
+
+
+def test_a_failing_observer_is_detached_not_fatal() -> None:
+    class Broken(Observer):
+        calls = 0
+
+        def on_frame(self, event: FrameEmitted) -> None:
+            Broken.calls += 1
+            raise RuntimeError("observer bug")
+
+    src = SyntheticSource(0.2, fps=30.0, audio=False)
+    stage, sink = EveryNth(1), CollectSink()
+    p = Pipeline().link(src, stage).link(stage, sink).observe(Broken())
+    asyncio.run(p.run())
+    assert Broken.calls == 1 and len(sink.of_type("tick")) == 6
+
+
+def test_teardown_runs_before_the_worker_thread_is_shut_down() -> None:
+    import threading
+
+    class ClosesOnWorker(EveryNth):
+        closed_on: str | None = None
+
+        async def teardown(self) -> None:
+            # e.g. closing a model handle on the thread that owns it
+            self.closed_on = await self.run_blocking(lambda: threading.current_thread().name)
+
+    src = SyntheticSource(0.2, fps=30.0, audio=False)
+    stage = ClosesOnWorker(1)
+
+    async def go() -> None:
+        await stage.run_blocking(lambda: None)  # the worker exists before the run
+        await Pipeline().link(src, stage).link(stage, CollectSink()).run()
+
+    asyncio.run(go())
+    prefix = f"sf-{stage.name}"
+    assert stage.closed_on is not None and stage.closed_on.startswith(prefix)
+    # ...and nothing is left running afterwards (the old order re-created the pool in
+    # teardown, after shutting it down, and leaked its thread). Shutdown does not wait for
+    # the idle worker to exit: give it a moment.
+    for _ in range(200):
+        if not [t for t in threading.enumerate() if t.name.startswith(prefix)]:
+            break
+        threading.Event().wait(0.01)
+    assert not [t for t in threading.enumerate() if t.name.startswith(prefix)]

@@ -12,8 +12,8 @@ import pytest
 
 from streamfuse.frames import EventFrame, Frame
 from streamfuse.pipeline import OverloadPolicy, Pipeline
+from streamfuse.pipeline.source import Source
 from streamfuse.sinks import CollectSink
-from streamfuse.sources.base import Source
 from streamfuse.vision import (
     FixedResolution,
     KeyFrame,
@@ -192,15 +192,22 @@ def test_stage_emits_one_event_per_distinct_text_state() -> None:
     stage = OcrStage(engine=engine)
     events = asyncio.run(run_stage(stage, [key(0, 0.0), key(30, 1.0), key(60, 2.0), key(90, 3.0)]))
     assert engine.loaded
-    assert [e.data["text"] for e in events] == ["Title A\nfirst point", "Title B", ""]
+    assert [e.payload.fields()["text"] for e in events] == ["Title A\nfirst point", "Title B", ""]
     first = events[0]
     assert first.type == "ocr" and first.t_media == 0.0 and first.t_end == 0.0
     assert first.arrival_wall == 100.0  # latency runs from the key frame's arrival
-    assert first.data["lines"][0] == {"text": "Title A", "box": [100, 50, 600, 110], "conf": 0.99}
-    assert first.data["resolution"] == [960, 540]
-    assert first.data["n_lines"] == 2 and first.data["ocr_ms"] == 12.5
-    assert first.data["roi"] == [0, 0, 1280, 720] and first.data["scale"] == 0.75
-    assert events[2].data["lines"] == []  # the text went away: that is a new state too
+    assert first.payload.fields()["lines"][0] == {
+        "text": "Title A",
+        "box": [100, 50, 600, 110],
+        "conf": 0.99,
+    }
+    assert first.payload.fields()["resolution"] == [960, 540]
+    assert first.payload.fields()["n_lines"] == 2 and first.payload.fields()["ocr_ms"] == 12.5
+    assert (
+        first.payload.fields()["roi"] == [0, 0, 1280, 720]
+        and first.payload.fields()["scale"] == 0.75
+    )
+    assert events[2].payload.fields()["lines"] == []  # the text went away: that is a new state too
     record = first.to_record(emitted_wall=100.5)
     assert record["latency_ms"] == 500.0 and record["t_start"] == 0.0
 
@@ -234,7 +241,7 @@ def test_policy_chooses_resolution_and_roi_and_sees_feedback() -> None:
     # 320 px for the 1280-px frame is a 1/4 scale: the 620x80 ROI is detected at 155 px.
     assert [c.det_max_side_px for c in engine.calls] == [640, 155]
     assert engine.calls[1].shape == (80, 620, 3)  # only the ROI was read
-    second = events[1].data
+    second = events[1].payload.fields()
     assert [ln["text"] for ln in second["lines"]] == ["Title", "new bullet"]
     assert second["lines"][1]["box"] == [100, 400, 560, 440]  # back in frame pixels
     assert second["roi"] == [80, 380, 700, 460]
@@ -255,8 +262,8 @@ def test_content_crop_reads_only_the_content_and_drops_nothing_outside() -> None
     events = asyncio.run(run_stage(stage, [k1]))
     assert engine.calls[0].shape == (240, 640, 3)
     assert engine.calls[0].det_max_side_px == 480  # the frame's 0.75 scale applied to 640 px
-    assert [ln["text"] for ln in events[0].data["lines"]] == ["Only text"]
-    assert events[0].data["lines"][0]["box"] == [110, 210, 410, 250]
+    assert [ln["text"] for ln in events[0].payload.fields()["lines"]] == ["Only text"]
+    assert events[0].payload.fields()["lines"][0]["box"] == [110, 210, 410, 250]
     blank = KeyFrame(**{**_fields(key(0, 0.0)), "content_bbox": None})
     assert policy.plan(blank).roi is None
 

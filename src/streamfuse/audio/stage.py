@@ -25,6 +25,7 @@ from streamfuse.audio.policy import LocalAgreement, Word, join_words
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
 from streamfuse.audio.vad import GateEvent, SileroVad, SpeechGate, VadChunk
 from streamfuse.errors import StageError
+from streamfuse.events import AsrPartialPayload, AsrPayload, AsrWord
 from streamfuse.frames import AudioFrame, EventFrame, Frame, now_wall
 from streamfuse.pipeline.stage import Stage
 from streamfuse.telemetry.metrics import instruments
@@ -92,6 +93,13 @@ class AsrStage(Stage):
                 f"audio at {frame.sample_rate} Hz: the ASR stage expects {SAMPLE_RATE} Hz mono"
             )
         assert self._vad is not None, "setup() not run"
+        if self._buf_t0 is not None and frame.stream_id != self._stream_id:
+            # One recognizer state per stream: mixing a second stream's audio into this buffer
+            # would splice two speakers into one transcript.
+            raise StageError(
+                f"audio of stream {frame.stream_id!r} reached the ASR stage of stream "
+                f"{self._stream_id!r}; link one AsrStage per stream"
+            )
         samples = self._append(frame)
         chunks = await self.run_blocking(self._vad.push, samples)
         for chunk in chunks:
@@ -248,12 +256,13 @@ class AsrStage(Stage):
             max(0.0, now_wall() - arrival), {"stage": self.name}
         )
         return EventFrame(
-            type="asr",
             stream_id=self._stream_id,
             t_media=words[0].t_start,
             t_end=words[-1].t_end,
             arrival_wall=arrival,
-            data={"text": join_words(words), "words": [w.as_record() for w in words]},
+            payload=AsrPayload(
+                text=join_words(words), words=[AsrWord(**w.as_record()) for w in words]
+            ),
         )
 
     def _partial_event(self, words: Sequence[Word]) -> EventFrame | None:
@@ -263,12 +272,11 @@ class AsrStage(Stage):
         self._last_partial = text
         t = words[0].t_start if words else self._buf_end
         return EventFrame(
-            type="asr_partial",
             stream_id=self._stream_id,
             t_media=t,
             t_end=words[-1].t_end if words else t,
             arrival_wall=self._arrival_of(self._buf_end),
-            data={"text": text},
+            payload=AsrPartialPayload(text=text),
         )
 
     @property

@@ -26,6 +26,7 @@ from typing import Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 from streamfuse.errors import ModelError
+from streamfuse.events import payload_class
 from streamfuse.frames import EventFrame, Frame, TextFrame
 from streamfuse.lm.config import LMConfig
 from streamfuse.lm.engine import LMEngine, Request, RequestHandle
@@ -160,9 +161,7 @@ class LMStage(Stage):
         cfg = self.config
         for stream_id, st in self._streams.items():
             if cfg.ask and cfg.ask_at_end and st.new_since_ask and st.context_tokens:
-                cause = EventFrame(
-                    type="end", stream_id=stream_id, t_media=st.t_last, t_end=st.t_last
-                )
+                cause = TextFrame(stream_id=stream_id, t_media=st.t_last, t_end=st.t_last, text="")
                 async for out in self._ask(cause, st, cfg.ask):
                     yield out
             while st.answer is not None:
@@ -174,7 +173,7 @@ class LMStage(Stage):
     def _add_context(self, ev: EventFrame, st: _StreamState) -> bool:
         """Append an event to the stream's session; returns True if it is a new slide."""
         assert self.engine is not None and self.tokenizer is not None
-        text = " ".join(str(ev.data.get("text", "")).split())
+        text = " ".join(str(ev.payload.fields().get("text", "")).split())
         if not text:
             return False
         is_slide = ev.type == "ocr"
@@ -301,10 +300,11 @@ class LMStage(Stage):
         self, kind: str, stream_id: str, a: _Answer, data: Mapping[str, object]
     ) -> EventFrame:
         return EventFrame(
-            type=kind,
             stream_id=stream_id,
             t_media=a.t_start,
             t_end=a.t_end,
             arrival_wall=a.arrival_wall,
-            data={**data, "prompt": a.prompt, "request": a.handle.id},
+            payload=payload_class(kind).model_validate(
+                {**data, "prompt": a.prompt, "request": a.handle.id}
+            ),
         )

@@ -1,7 +1,23 @@
-"""The pipeline runtime: stage base class, bounded queues with overload policies, the runner."""
+"""The pipeline runtime: sources and stages, bounded queues with overload policies, the runner,
+and observers of what the runner does."""
 
+from streamfuse.pipeline.observer import FrameEmitted, FrameProcessed, FramesDropped, Observer
 from streamfuse.pipeline.queues import FrameQueue, OverloadPolicy
 from streamfuse.pipeline.runner import Pipeline
-from streamfuse.pipeline.stage import Stage, StageStats
+from streamfuse.pipeline.source import Pacer, Source
+from streamfuse.pipeline.stage import Stage, StageStats, StatsObserver
 
-__all__ = ["FrameQueue", "OverloadPolicy", "Pipeline", "Stage", "StageStats"]
+__all__ = [
+    "FrameEmitted",
+    "FrameProcessed",
+    "FrameQueue",
+    "FramesDropped",
+    "Observer",
+    "OverloadPolicy",
+    "Pacer",
+    "Pipeline",
+    "Source",
+    "Stage",
+    "StageStats",
+    "StatsObserver",
+]

@@ -3,9 +3,11 @@
 Edges are declared with `link(producer, consumer, policy=..., maxsize=...)`; each consumer has
 one input queue whose overload policy its links declare. A produced frame goes to every linked
 consumer that accepts its type; system frames (errors, end of stream) reach every consumer and
-pass through stages that do not consume them. End of stream drains the graph in order: a stage
-flushes once every one of its producers has ended. A failure on one frame becomes an
-`ErrorFrame` and the stage goes on.
+pass through stages that do not consume them, once per consumer even where several paths join
+(an error is delivered once; end of stream is counted per producer). End of stream drains the
+graph in order: a stage flushes once every one of its producers has ended. A failure on one
+frame becomes an `ErrorFrame` and the stage goes on. Observers (`observe`) see every frame
+created, dropped and processed; the stages' live statistics are one of them.
 """
 
 from __future__ import annotations
@@ -13,26 +15,48 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from streamfuse.errors import PipelineError
-from streamfuse.frames import EndOfStream, ErrorFrame, Frame, SystemFrame
+from streamfuse.frames import EndOfStream, ErrorFrame, Frame, SystemFrame, now_wall
+from streamfuse.pipeline.observer import FrameEmitted, FrameProcessed, FramesDropped, Observer
 from streamfuse.pipeline.queues import FrameQueue, OverloadPolicy
-from streamfuse.pipeline.stage import Stage
-from streamfuse.sources.base import Source
-from streamfuse.telemetry.metrics import instruments, watch_queues
+from streamfuse.pipeline.source import Source
+from streamfuse.pipeline.stage import Stage, StatsObserver
+from streamfuse.telemetry.metrics import watch_queues
 
 log = logging.getLogger(__name__)
 
 Node = Source | Stage
 
 
+class _Seen:
+    """The system frames a consumer was already given (bounded: they are rare)."""
+
+    def __init__(self, maxlen: int = 4096) -> None:
+        self._order: deque[int] = deque()
+        self._ids: set[int] = set()
+        self._maxlen = maxlen
+
+    def add(self, uid: int) -> bool:
+        """Record `uid`; False if it was already there."""
+        if uid in self._ids:
+            return False
+        if len(self._order) >= self._maxlen:
+            self._ids.discard(self._order.popleft())
+        self._order.append(uid)
+        self._ids.add(uid)
+        return True
+
+
 @dataclass
 class _Inbox:
     queue: FrameQueue
     producers: list[Node] = field(default_factory=list)
+    seen: _Seen = field(default_factory=_Seen)
 
 
 class Pipeline:
@@ -49,6 +73,16 @@ class Pipeline:
         self.finished_wall: float | None = None
         #: Latest media time each source has released, by stream id (progress reporting).
         self.media_time: dict[str, float] = {}
+        self._observers: list[Observer] = [StatsObserver()]
+
+    def observe(self, observer: Observer) -> Pipeline:
+        """Attach `observer` (see `streamfuse.pipeline.observer`); before `run`."""
+        self._observers.append(observer)
+        return self
+
+    @property
+    def observers(self) -> tuple[Observer, ...]:
+        return tuple(self._observers)
 
     # -- building -------------------------------------------------------------------------
     def link(
@@ -91,6 +125,15 @@ class Pipeline:
     def queue_of(self, stage: Stage) -> FrameQueue:
         return self._inbox[id(stage)].queue
 
+    def producers_of(self, stage: Stage) -> list[Node]:
+        """The nodes linked into `stage`, in link order."""
+        inbox = self._inbox.get(id(stage))
+        return list(inbox.producers) if inbox is not None else []
+
+    def consumers_of(self, node: Node) -> list[Stage]:
+        """The stages `node` is linked to, in link order."""
+        return list(self._consumers.get(id(node), []))
+
     def _validate(self) -> None:
         if not self._sources:
             raise PipelineError("pipeline has no source")
@@ -125,6 +168,7 @@ class Pipeline:
         self.started_wall = time.monotonic()
         for stage in self._stages:
             stage.started_wall = self.started_wall
+        self._notify("on_start", self.started_wall)
         try:
             async with asyncio.TaskGroup() as tg:
                 for stage in self._stages:
@@ -134,23 +178,44 @@ class Pipeline:
         finally:
             self.finished_wall = time.monotonic()
             for stage in self._stages:
-                stage._shutdown_executor()
+                # Teardown may still need the stage's worker thread (closing a model on it).
                 try:
                     await stage.teardown()
                 except Exception:
                     log.exception("teardown of %s failed", stage.name)
+                finally:
+                    stage._shutdown_executor()
+            self._notify("on_end", self.finished_wall)
 
-    async def _emit(self, producer: Node, frame: Frame) -> None:
+    def _notify(self, hook: str, event: object) -> None:
+        for observer in list(self._observers):
+            try:
+                getattr(observer, hook)(event)
+            except Exception:
+                log.exception("observer %r failed and was detached", observer)
+                self._observers.remove(observer)
+
+    async def _emit(self, producer: Node, frame: Frame, *, created: bool = True) -> None:
+        """Send `frame` to `producer`'s consumers; `created`: the producer made it (observers
+        are told), rather than passing a system frame through."""
+        if created:
+            self._notify("on_frame", FrameEmitted(producer, frame, now_wall()))
+        system = isinstance(frame, SystemFrame)
         for consumer in self._consumers.get(id(producer), []):
-            if isinstance(frame, SystemFrame) or consumer.accepts(frame):
-                queue = self._inbox[id(consumer)].queue
-                dropped = await queue.put(frame)
-                if dropped:
-                    consumer.stats.dropped += len(dropped)
-                    instruments().queue_dropped.add(
-                        len(dropped), {"stage": consumer.name, "policy": str(queue.policy)}
-                    )
-                consumer.stats.queue_depth = queue.data_depth
+            if not (system or consumer.accepts(frame)):
+                continue
+            inbox = self._inbox[id(consumer)]
+            if (
+                isinstance(frame, SystemFrame)
+                and not isinstance(frame, EndOfStream)
+                and not inbox.seen.add(frame.uid)
+            ):
+                continue  # already delivered along another path into this consumer
+            dropped = await inbox.queue.put(frame)
+            if dropped:
+                lost = FramesDropped(consumer, tuple(dropped), inbox.queue.policy)
+                self._notify("on_drop", lost)
+            consumer.stats.queue_depth = inbox.queue.data_depth
 
     async def _pump(self, source: Source) -> None:
         stream = source.frames()
@@ -174,7 +239,6 @@ class Pipeline:
     async def _run_stage(self, stage: Stage) -> None:
         inbox = self._inbox[id(stage)]
         ended = 0
-        attrs = {"stage": stage.name}
         while True:
             frame = await inbox.queue.get()
             stage.stats.queue_depth = inbox.queue.data_depth
@@ -182,20 +246,20 @@ class Pipeline:
                 ended += 1
                 if ended < len(inbox.producers):
                     continue
-                await self._drive(stage, stage.flush(), frame, attrs)
-                await self._emit(stage, frame)
+                await self._drive(stage, stage.flush(), frame, flushed=True)
+                await self._emit(stage, frame, created=False)
                 return
             if not stage.accepts(frame):
-                await self._emit(stage, frame)  # a system frame passing through
+                await self._emit(stage, frame, created=False)  # a system frame passing through
                 continue
-            await self._drive(stage, stage.process(frame), frame, attrs)
+            await self._drive(stage, stage.process(frame), frame)
 
     async def _drive(
-        self, stage: Stage, outputs: AsyncIterator[Frame], cause: Frame, attrs: dict[str, str]
+        self, stage: Stage, outputs: AsyncIterator[Frame], cause: Frame, *, flushed: bool = False
     ) -> None:
         """Run one `process`/`flush` call, timing the stage's own work (not downstream waits)."""
-        ins = instruments()
         busy = 0.0
+        failed = False
         t = time.perf_counter()
         try:
             async for out in outputs:
@@ -207,8 +271,7 @@ class Pipeline:
             raise
         except Exception as exc:
             busy += time.perf_counter() - t
-            stage.stats.errors += 1
-            ins.stage_errors.add(1, attrs)
+            failed = True
             log.warning("stage %s failed on a frame: %s", stage.name, exc)
             log.debug("stage failure detail", exc_info=True)
             await self._emit(
@@ -223,11 +286,7 @@ class Pipeline:
             )
         finally:
             await _aclose(outputs)
-        stage.stats.frames += 1
-        stage.stats.busy_s += busy
-        stage.stats.recent_latency_s.append(busy)
-        ins.stage_latency.record(busy, attrs)
-        ins.stage_frames.add(1, attrs)
+        self._notify("on_processed", FrameProcessed(stage, cause, busy, failed, flushed))
 
     def snapshot(self) -> dict[str, Any]:
         """Per-stage live figures (frames, errors, drops, queue depth, latency p50/p95)."""

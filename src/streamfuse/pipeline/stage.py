@@ -20,7 +20,9 @@ from typing import Any, ClassVar, TypeVar
 import numpy as np
 
 from streamfuse.frames import Frame
+from streamfuse.pipeline.observer import FrameProcessed, FramesDropped, Observer
 from streamfuse.pipeline.queues import FrameQueue, OverloadPolicy
+from streamfuse.telemetry.metrics import instruments
 
 T = TypeVar("T")
 
@@ -51,6 +53,29 @@ class StageStats:
             "busy_s": round(self.busy_s, 3),
             "latency_ms": {k: round(v, 1) for k, v in self.latency_quantiles_ms().items()},
         }
+
+
+class StatsObserver(Observer):
+    """Keeps every stage's `StageStats` and the stage metrics (the runner attaches it first)."""
+
+    def on_processed(self, event: FrameProcessed) -> None:
+        stats = event.stage.stats
+        attrs = {"stage": event.stage.name}
+        ins = instruments()
+        stats.frames += 1
+        stats.busy_s += event.busy_s
+        stats.recent_latency_s.append(event.busy_s)
+        if event.failed:
+            stats.errors += 1
+            ins.stage_errors.add(1, attrs)
+        ins.stage_latency.record(event.busy_s, attrs)
+        ins.stage_frames.add(1, attrs)
+
+    def on_drop(self, event: FramesDropped) -> None:
+        event.consumer.stats.dropped += len(event.frames)
+        instruments().queue_dropped.add(
+            len(event.frames), {"stage": event.consumer.name, "policy": str(event.policy)}
+        )
 
 
 def _snake(name: str) -> str:

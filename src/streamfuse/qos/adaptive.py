@@ -532,6 +532,7 @@ class AdaptiveResolution(ResolutionPolicy):
         st.tracker.record_ocr((obs.ocr_ms + obs.wait_ms) / 1000.0, obs.mean_conf, obs.backlog)
         asr = None
         if self.signals is not None:
+            st.tracker.record_drops(self.signals.take_drops(obs.stream_id))
             asr = self.signals.asr_latency_s(obs.stream_id)
         if asr is None and self.asr_latency_s is not None:
             asr = self.asr_latency_s()

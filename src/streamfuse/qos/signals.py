@@ -1,8 +1,10 @@
 """Live signals shared by the per-stream QoS policies of one job.
 
-`QosSignals` is made once per pipeline. A sink listener (`on_record`) feeds it every emitted
-event, from which it keeps a recent ASR commit latency per stream (the `asr` events'
-`latency_ms`), so vision policies can see the audio path without touching it. `probe` is one
+`QosSignals` is made once per pipeline and observes it (`Pipeline.observe`): from every `asr`
+event created it keeps a recent ASR commit latency per stream (creation minus the arrival of the
+audio the event depends on), and it counts the frames overload policies drop at the inputs of
+the stages it `watch_drops` on, per stream, so vision policies see the audio path and their own
+lost key frames without touching either. `probe` is one
 `SharedCpuProbe` for all streams: machine CPU utilization from `psutil.cpu_times()` deltas over
 at least `cpu_period_s`, cached, never blocking (unlike `psutil.cpu_percent(interval=None)`,
 whose module-global "since the last call" window several callers would cut into slivers).
@@ -15,6 +17,10 @@ from collections.abc import Callable
 from typing import Any
 
 from streamfuse.errors import ConfigError
+from streamfuse.events import EventType
+from streamfuse.frames import EventFrame
+from streamfuse.pipeline.observer import FrameEmitted, FramesDropped, Observer
+from streamfuse.pipeline.stage import Stage
 from streamfuse.qos.feedback import SystemProbe
 
 
@@ -62,7 +68,7 @@ class SharedCpuProbe(SystemProbe):
         return self._util
 
 
-class QosSignals:
+class QosSignals(Observer):
     """Cross-stage signals of one job (see the module docstring).
 
     `alpha` weighs the newest ASR latency in each stream's exponentially weighted mean.
@@ -81,6 +87,8 @@ class QosSignals:
         self._probe = probe
         self._cpu_period_s = cpu_period_s
         self._asr_latency_s: dict[str, float] = {}
+        self._drops: dict[str, int] = {}
+        self._drop_stages: set[int] = set()
 
     @property
     def probe(self) -> SystemProbe:
@@ -89,10 +97,25 @@ class QosSignals:
             self._probe = SharedCpuProbe(self._cpu_period_s)
         return self._probe
 
-    def on_record(self, record: dict[str, Any]) -> None:
-        """Sink listener: takes what the policies need from an emitted event record."""
-        if record.get("type") == "asr" and "latency_ms" in record:
-            self.record_asr_latency(str(record.get("stream_id", "")), record["latency_ms"] / 1e3)
+    def watch_drops(self, stage: Stage) -> None:
+        """Count the frames dropped at `stage`'s input (e.g. key frames an OCR stage missed)."""
+        self._drop_stages.add(id(stage))
+
+    # -- Observer -----------------------------------------------------------------------------
+    def on_frame(self, event: FrameEmitted) -> None:
+        frame = event.frame
+        if isinstance(frame, EventFrame) and frame.type == EventType.ASR:
+            self.record_asr_latency(frame.stream_id, event.wall - frame.arrival_wall)
+
+    def on_drop(self, event: FramesDropped) -> None:
+        if id(event.consumer) in self._drop_stages:
+            for frame in event.frames:
+                self._drops[frame.stream_id] = self._drops.get(frame.stream_id, 0) + 1
+
+    # -- for the policies -----------------------------------------------------------------------
+    def take_drops(self, stream_id: str) -> int:
+        """Frames of `stream_id` dropped at watched inputs since the previous call."""
+        return self._drops.pop(stream_id, 0)
 
     def record_asr_latency(self, stream_id: str, latency_s: float) -> None:
         prev = self._asr_latency_s.get(stream_id)

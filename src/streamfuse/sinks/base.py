@@ -8,22 +8,17 @@ emission time in seconds since the pipeline started streaming. Subclasses implem
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
+from streamfuse.events import EventRecord, parse_record
 from streamfuse.frames import ErrorFrame, EventFrame, Frame, now_wall
 from streamfuse.pipeline.stage import Stage
 from streamfuse.telemetry.metrics import instruments
 
-Listener = Callable[[dict[str, Any]], None]
-
 
 class EventSink(Stage):
     input_types = (EventFrame, ErrorFrame)
-
-    def __init__(self, name: str | None = None) -> None:
-        super().__init__(name)
-        self.listeners: list[Listener] = []
 
     async def process(self, frame: Frame) -> AsyncIterator[Frame]:
         assert isinstance(frame, EventFrame | ErrorFrame)
@@ -37,10 +32,9 @@ class EventSink(Stage):
         yield  # pragma: no cover
 
     def deliver(self, record: dict[str, Any]) -> None:
-        """Write one rendered record and tell the listeners."""
+        """Write one rendered record (also used for records made outside the graph: build
+        warnings, the final `stats` record)."""
         self.write(record)
-        for listener in self.listeners:
-            listener(record)
 
     def write(self, record: dict[str, Any]) -> None:
         """Render one record. Default: nothing (listeners only)."""
@@ -58,3 +52,7 @@ class CollectSink(EventSink):
 
     def of_type(self, type_: str) -> list[dict[str, Any]]:
         return [r for r in self.records if r["type"] == type_]
+
+    def parsed(self, type_: str | None = None) -> list[EventRecord]:
+        """The records (of `type_`, or all) parsed into typed events."""
+        return [parse_record(r) for r in self.records if type_ is None or r["type"] == type_]

@@ -1,7 +1,8 @@
 """A live terminal view of the timeline: progress, on-screen text, transcript, stage latency.
 
-`ConsoleView` is an event sink that keeps the latest state per stream; `render` builds a rich
-renderable from it and the pipeline's live stage figures. The CLI refreshes it a few times a
+`ConsoleView` observes the pipeline (`Pipeline.observe`) and keeps the latest state per stream
+from the events as they are created; `render` builds a rich renderable from it and the
+pipeline's live stage figures. The CLI refreshes it a few times a
 second; in a non-interactive terminal only the final state is printed.
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 from rich.console import Group, RenderableType
 from rich.panel import Panel
@@ -17,8 +17,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from streamfuse.pipeline import Pipeline
-from streamfuse.sinks.base import EventSink
+from streamfuse.events import AsrPartialPayload, AsrPayload, LmPayload, OcrPayload
+from streamfuse.frames import ErrorFrame, EventFrame, Frame
+from streamfuse.pipeline import FrameEmitted, Observer, Pipeline
 
 
 @dataclass
@@ -31,29 +32,38 @@ class _StreamState:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-class ConsoleView(EventSink):
+class ConsoleView(Observer):
+    name = "console"
+
     def __init__(self, durations: dict[str, float | None] | None = None) -> None:
-        super().__init__("console")
         self.durations = durations or {}
         self.streams: dict[str, _StreamState] = {}
         self.errors: deque[str] = deque(maxlen=4)
 
-    def write(self, record: dict[str, Any]) -> None:
-        st = self.streams.setdefault(record.get("stream_id", "main"), _StreamState())
-        kind = record["type"]
-        st.counts[kind] = st.counts.get(kind, 0) + 1
-        if kind == "ocr":
-            st.screen = [ln["text"] for ln in record.get("lines", [])]
-            st.screen_t = record["t_start"]
-        elif kind == "asr":
-            st.transcript.append(f"[{record['t_start']:6.1f}s] {record.get('text', '')}")
+    def on_frame(self, event: FrameEmitted) -> None:
+        if isinstance(event.frame, EventFrame | ErrorFrame):
+            self.show(event.frame)
+
+    def show(self, frame: Frame) -> None:
+        """Take one event (or error) into the view."""
+        if isinstance(frame, ErrorFrame):
+            self.errors.append(f"{frame.stage}: {frame.message}")
+            return
+        if not isinstance(frame, EventFrame):
+            return
+        st = self.streams.setdefault(frame.stream_id, _StreamState())
+        st.counts[frame.type] = st.counts.get(frame.type, 0) + 1
+        p = frame.payload
+        if isinstance(p, OcrPayload):
+            st.screen = [ln.text for ln in p.lines]
+            st.screen_t = frame.t_media
+        elif isinstance(p, AsrPayload):
+            st.transcript.append(f"[{frame.t_media:6.1f}s] {p.text}")
             st.partial = ""
-        elif kind == "asr_partial":
-            st.partial = record.get("text", "")
-        elif kind == "lm":
-            st.answer = record.get("text", "")
-        elif kind == "error":
-            self.errors.append(f"{record.get('stage')}: {record.get('message')}")
+        elif isinstance(p, AsrPartialPayload):
+            st.partial = p.text
+        elif isinstance(p, LmPayload):
+            st.answer = p.text
 
     def render(self, pipeline: Pipeline) -> RenderableType:
         parts: list[RenderableType] = []

@@ -22,7 +22,7 @@ import numpy as np
 from streamfuse.clock import DriftEstimator
 from streamfuse.errors import MediaDecodeError, SourceError
 from streamfuse.frames import AudioFrame, Frame, VideoFrame
-from streamfuse.sources.base import Pacer, Source
+from streamfuse.pipeline.source import Pacer, Source
 
 log = logging.getLogger(__name__)
 

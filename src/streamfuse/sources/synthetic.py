@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 
 from streamfuse.frames import AudioFrame, Frame, VideoFrame
-from streamfuse.sources.base import Pacer, Source
+from streamfuse.pipeline.source import Pacer, Source
 
 
 class SyntheticSource(Source):

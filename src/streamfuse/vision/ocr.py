@@ -32,6 +32,8 @@ import numpy as np
 from rapidfuzz import fuzz
 
 from streamfuse.errors import ModelError
+from streamfuse.events import OcrLine as OcrLineRecord
+from streamfuse.events import OcrPayload
 from streamfuse.frames import EventFrame, Frame, now_wall
 from streamfuse.models import file_sha256
 from streamfuse.pipeline.queues import OverloadPolicy
@@ -396,24 +398,23 @@ class OcrStage(Stage):
         state.lines = lines
         state.emitted += 1
         yield EventFrame(
-            type="ocr",
             stream_id=frame.stream_id,
             t_media=frame.t_media,
             t_end=frame.t_media,
             arrival_wall=frame.arrival_wall,
-            data={
-                "lines": [ln.to_record() for ln in lines],
-                "text": "\n".join(ln.text for ln in lines),
-                "n_lines": len(lines),
-                "resolution": list(reading.resolution),
-                "scale": round(scale, 4),
-                "roi": list(roi),
-                "ocr_ms": round(reading.ocr_ms, 1),
-                "mean_conf": None if mean_conf is None else round(mean_conf, 3),
-                "frame_index": frame.index,
-                "t_changed": round(frame.t_changed, 3),
-                "reason": frame.reason,
-            },
+            payload=OcrPayload(
+                lines=[OcrLineRecord(**ln.to_record()) for ln in lines],
+                text="\n".join(ln.text for ln in lines),
+                n_lines=len(lines),
+                resolution=reading.resolution,
+                scale=round(scale, 4),
+                roi=roi,
+                ocr_ms=round(reading.ocr_ms, 1),
+                mean_conf=None if mean_conf is None else round(mean_conf, 3),
+                frame_index=frame.index,
+                t_changed=round(frame.t_changed, 3),
+                reason=frame.reason,
+            ),
         )
 
 

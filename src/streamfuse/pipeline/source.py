@@ -1,4 +1,5 @@
-"""The source interface: something that yields frames in media-time order.
+"""The source interface: something that yields frames in media-time order (sources plug into
+the runtime; implementations live in `streamfuse.sources`).
 
 A source raises `SourceError` (with a message naming the input) when it cannot start; a failure
 part-way through becomes an `ErrorFrame` followed by the end of its frames, so what was already

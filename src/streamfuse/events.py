@@ -1,0 +1,292 @@
+"""One event schema: the timeline's event types and a typed payload per type.
+
+An event record (one JSON line, one `EventFrame` rendered by a sink) is an envelope - `type`,
+`stream_id`, `t_start`, `t_end`, `latency_ms`, `wall_s` - plus the fields of its payload. Every
+producer builds its payload class and every consumer parses records with `parse_record`, so a
+field renamed in one place fails in all. User stages add their own event types by subclassing
+`Payload` with a new `type` (`docs/events.md`); `event_json_schema()` is the JSON Schema of
+every registered type, committed as `docs/events.schema.json`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from streamfuse.errors import StreamfuseError
+
+
+class EventType(StrEnum):
+    """The built-in event types."""
+
+    OCR = "ocr"
+    ASR = "asr"
+    ASR_PARTIAL = "asr_partial"
+    LM_TOKEN = "lm_token"
+    LM = "lm"
+    ERROR = "error"
+    STATS = "stats"
+
+
+class EventSchemaError(StreamfuseError, ValueError):
+    """A record that does not match the schema of its event type."""
+
+
+_REGISTRY: dict[str, type[Payload]] = {}
+
+
+class Payload(BaseModel):
+    """Base of every event payload. A subclass sets `type` (class variable) and its fields."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: ClassVar[str] = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if not cls.type:
+            return  # an intermediate base class
+        other = _REGISTRY.get(cls.type)
+        if other is not None and other.__qualname__ != cls.__qualname__:
+            raise TypeError(f"event type {cls.type!r} is already defined by {other.__name__}")
+        _REGISTRY[cls.type] = cls
+
+    def fields(self) -> dict[str, Any]:
+        """The payload's fields as JSON-ready values (what follows the envelope in a record)."""
+        return self.model_dump(mode="json")
+
+
+# -- the built-in payloads ----------------------------------------------------------------------
+
+
+class OcrLine(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    text: str
+    box: tuple[int, int, int, int] = Field(description="x0, y0, x1, y1 in original pixels.")
+    conf: float = Field(ge=0.0, le=1.0, description="Recognizer confidence.")
+
+
+class OcrPayload(Payload):
+    """A new text state of the screen (emitted once per distinct reading)."""
+
+    type: ClassVar[str] = EventType.OCR
+
+    lines: list[OcrLine] = Field(description="Lines in reading order.")
+    text: str = Field(description="The lines joined by line breaks.")
+    n_lines: int = Field(ge=0)
+    resolution: tuple[int, int] = Field(description="Detector input (width, height), px.")
+    scale: float = Field(gt=0.0, description="Detector pixels per original frame pixel.")
+    roi: tuple[int, int, int, int] = Field(description="Region read, original pixels.")
+    ocr_ms: float = Field(ge=0.0, description="Wall time of the OCR call itself.")
+    mean_conf: float | None = Field(description="Mean confidence of the lines (None: no text).")
+    frame_index: int = Field(ge=0, description="Index of the video frame read.")
+    t_changed: float = Field(description="Media time the picture started to change.")
+    reason: str = Field(description="Why the change detector made it a key frame.")
+
+
+class AsrWord(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    word: str
+    t_start: float
+    t_end: float
+    p: float = Field(ge=0.0, le=1.0, description="Word probability.")
+
+
+class AsrPayload(Payload):
+    """Committed speech: words that will not change any more."""
+
+    type: ClassVar[str] = EventType.ASR
+
+    text: str
+    words: list[AsrWord]
+
+
+class AsrPartialPayload(Payload):
+    """The live, uncommitted hypothesis (replaced by the next one)."""
+
+    type: ClassVar[str] = EventType.ASR_PARTIAL
+
+    text: str
+
+
+class LmTokenPayload(Payload):
+    """New text of a streamed answer."""
+
+    type: ClassVar[str] = EventType.LM_TOKEN
+
+    text: str = Field(description="Text added since the previous lm_token of this request.")
+    prompt: str
+    request: int = Field(ge=0, description="Engine request id (one per answer).")
+
+
+class LmPayload(Payload):
+    """A finished (or interrupted) answer."""
+
+    type: ClassVar[str] = EventType.LM
+
+    text: str
+    prompt: str
+    request: int = Field(ge=0)
+    finish: str | None = Field(description="Why generation ended (stop, length, interrupted...).")
+    interrupted: bool
+    n_tokens: int = Field(ge=0)
+    context_tokens: int = Field(ge=0, description="Tokens of context the answer saw.")
+    ttft_ms: float | None = Field(description="Time to the first token.")
+    tok_s: float = Field(ge=0.0, description="Decode speed after the first token.")
+
+
+class ErrorPayload(Payload):
+    """A failure: the stage it happened in and whether it stopped the stream."""
+
+    type: ClassVar[str] = EventType.ERROR
+
+    stage: str
+    message: str
+    fatal: bool = False
+
+
+class StageSnapshot(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    frames: int = Field(ge=0)
+    errors: int = Field(ge=0)
+    dropped: int = Field(ge=0)
+    queue_depth: int = Field(ge=0)
+    busy_s: float = Field(ge=0.0)
+    latency_ms: dict[str, float] = Field(description="p50 / p95 of per-frame work, ms.")
+
+
+class StatsPayload(Payload):
+    """Run statistics; the last record of a run has `final: true`."""
+
+    type: ClassVar[str] = EventType.STATS
+
+    final: bool
+    realtime: bool
+    wall_s: float = Field(ge=0.0, description="Streaming wall time.")
+    cpu_s: float = Field(ge=0.0, description="Process CPU time (user + system).")
+    stages: dict[str, StageSnapshot]
+
+
+# -- records --------------------------------------------------------------------------------------
+
+#: The envelope fields every record has, in order (`wall_s` only from sinks).
+ENVELOPE = ("type", "stream_id", "t_start", "t_end", "latency_ms", "wall_s")
+
+
+class EventRecord(BaseModel):
+    """One parsed record: the envelope and the typed payload."""
+
+    model_config = ConfigDict(frozen=True)
+
+    type: str
+    stream_id: str
+    t_start: float
+    t_end: float
+    latency_ms: float
+    wall_s: float | None = None
+    payload: Payload
+
+    def to_json_dict(self) -> dict[str, Any]:
+        record = self.model_dump(mode="json", exclude={"payload"}, exclude_none=True)
+        record.update(self.payload.fields())
+        return record
+
+
+def payload_class(event_type: str) -> type[Payload]:
+    """The payload class registered for `event_type` (raises `EventSchemaError`)."""
+    cls = _REGISTRY.get(str(event_type))
+    if cls is None:
+        known = ", ".join(sorted(_REGISTRY))
+        raise EventSchemaError(f"unknown event type {event_type!r} (known: {known})")
+    return cls
+
+
+def registered_types() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def parse_record(record: dict[str, Any]) -> EventRecord:
+    """Parse one JSON record into envelope + typed payload; names the bad field on failure."""
+    kind = record.get("type")
+    if not isinstance(kind, str):
+        raise EventSchemaError(f"record has no string 'type': {str(record)[:120]}")
+    cls = payload_class(kind)
+    fields = {k: v for k, v in record.items() if k not in ENVELOPE}
+    try:
+        payload = cls.model_validate(fields)
+        return EventRecord(payload=payload, **{k: record[k] for k in ENVELOPE if k in record})
+    except ValueError as e:
+        raise EventSchemaError(f"invalid {kind!r} record: {e}") from e
+
+
+# -- JSON Schema ----------------------------------------------------------------------------------
+
+
+def event_json_schema() -> dict[str, Any]:
+    """The JSON Schema of a record of every registered event type (`oneOf` by `type`)."""
+    envelope = {
+        "stream_id": {"type": "string", "description": "Input stream the event belongs to."},
+        "t_start": {"type": "number", "description": "Media seconds where the content starts."},
+        "t_end": {"type": "number", "description": "Media seconds where the content ends."},
+        "latency_ms": {
+            "type": "number",
+            "description": "Arrival of the last input it depends on to emission, ms.",
+        },
+        "wall_s": {
+            "type": "number",
+            "description": "Emission time since the pipeline started streaming, s.",
+        },
+    }
+    variants: list[dict[str, Any]] = []
+    defs: dict[str, Any] = {}
+    for kind in sorted(_REGISTRY):
+        cls = _REGISTRY[kind]
+        schema = cls.model_json_schema(ref_template="#/$defs/{model}")
+        defs.update(schema.pop("$defs", {}))
+        props = {"type": {"const": kind}, **envelope, **schema.get("properties", {})}
+        required = ["type", "stream_id", "t_start", "t_end", "latency_ms"]
+        required += [r for r in schema.get("required", []) if r not in required]
+        variants.append(
+            {
+                "title": f"{kind} event",
+                "description": (cls.__doc__ or "").strip(),
+                "type": "object",
+                "properties": props,
+                "required": required,
+                "additionalProperties": False,
+            }
+        )
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "streamfuse event record",
+        "oneOf": variants,
+        "$defs": defs,
+    }
+
+
+__all__ = [
+    "ENVELOPE",
+    "AsrPartialPayload",
+    "AsrPayload",
+    "AsrWord",
+    "ErrorPayload",
+    "EventRecord",
+    "EventSchemaError",
+    "EventType",
+    "LmPayload",
+    "LmTokenPayload",
+    "OcrLine",
+    "OcrPayload",
+    "Payload",
+    "StageSnapshot",
+    "StatsPayload",
+    "event_json_schema",
+    "parse_record",
+    "payload_class",
+    "registered_types",
+]
