@@ -12,7 +12,7 @@ from streamfuse.frames import EventFrame, Frame, TextFrame
 from streamfuse.lm.config import LMConfig
 from streamfuse.lm.engine import LMEngine
 from streamfuse.lm.stage import LMStage, LMStageConfig
-from streamfuse.lm.tiny import CharTokenizer, tiny_model
+from streamfuse.testing.tiny_lm import CharTokenizer, tiny_model
 from streamfuse.pipeline import Pipeline
 from streamfuse.pipeline.source import Source
 from streamfuse.sinks import CollectSink

@@ -12,7 +12,7 @@ from streamfuse.errors import CapacityError
 from streamfuse.lm.config import LMConfig
 from streamfuse.lm.engine import LMEngine, Request
 from streamfuse.lm.gemma import GemmaModel, Segment
-from streamfuse.lm.tiny import tiny_model
+from streamfuse.testing.tiny_lm import tiny_model
 
 pytestmark = pytest.mark.unit
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from streamfuse.lm.gemma import GemmaModel, Segment
 from streamfuse.lm.kernels import load_kernels
 from streamfuse.lm.quant import Int8Linear
-from streamfuse.lm.tiny import tiny_model
+from streamfuse.testing.tiny_lm import tiny_model
 
 pytestmark = pytest.mark.skipif(
     (shutil.which("c++") is None and shutil.which("g++") is None) or shutil.which("ninja") is None,

@@ -12,7 +12,7 @@ from streamfuse.lm.config import ModelConfig
 from streamfuse.lm.gemma import Segment
 from streamfuse.lm.kv_pool import KVPool
 from streamfuse.lm.loader import load_model
-from streamfuse.lm.tiny import tiny_config, tiny_model
+from streamfuse.testing.tiny_lm import tiny_config, tiny_model
 
 pytestmark = pytest.mark.unit
 

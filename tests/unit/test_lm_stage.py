@@ -10,7 +10,7 @@ from streamfuse.frames import TextFrame
 from streamfuse.lm.config import LMConfig
 from streamfuse.lm.engine import LMEngine
 from streamfuse.lm.stage import LMStage, LMStageConfig
-from streamfuse.lm.tiny import CharTokenizer, tiny_model
+from streamfuse.testing.tiny_lm import CharTokenizer, tiny_model
 
 pytestmark = pytest.mark.unit
 
