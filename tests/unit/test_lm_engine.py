@@ -156,7 +156,8 @@ def test_lru_evicts_the_least_recently_used_idle_session(model: GemmaModel) -> N
     eng.feed("a", [20, 21]).wait()  # a is now the most recent; b is the LRU idle session
     eng.feed("c", [2, 30, 31]).wait()  # pool full -> evict b, not a
     assert eng.stats.evictions == 1
-    assert eng._sessions["b"].slot is None and eng._sessions["a"].slot is not None
+    b, a = eng.sessions.get("b"), eng.sessions.get("a")
+    assert b is not None and b.slot is None and a is not None and a.slot is not None
     # b's context is recomputed on next use and answers exactly as before.
     again = eng.submit(
         Request(prompt_ids=(7,), max_new_tokens=5, session="b", stop_ids=NO_STOP)

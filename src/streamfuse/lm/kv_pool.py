@@ -108,15 +108,6 @@ class KVPool:
         """Data pointers of every K/V tensor (tests check they never change)."""
         return [t.data_ptr() for t in self.k + self.v]
 
-    def copy_prefix(self, src: Slot, dst: Slot, length: int) -> None:
-        """Copy the first `length` cached tokens of `src` into `dst` (prefix sharing)."""
-        self._check(src)
-        self._check(dst)
-        for tensors in (self.k, self.v):
-            for t in tensors:
-                t[dst.index, :, :length].copy_(t[src.index, :, :length])
-        self._lengths[dst.index] = length
-
     def _check(self, slot: Slot) -> None:
         if not (0 <= slot.index < self.num_slots) or not self.is_live(slot):
             raise CapacityError(f"stale or foreign KV slot handle {slot}")

@@ -1,0 +1,225 @@
+"""The scheduler: which sequences run and which rows one engine step carries.
+
+`schedule()` admits waiting requests first come, first served into KV slots (an idle session
+resumes in its own slot; when the pool is full the least recently used idle session is evicted,
+and a request waits when every slot runs), then plans the step within `max_batch_tokens`:
+decoding sequences first (their last token plus prompt-lookup drafts), then prompt chunks of at
+most `prefill_chunk` tokens, oldest first, so a long prompt never stalls the others. When a
+sequence's slot would overflow it is truncated to sink + window tokens (StreamingLLM), or,
+under the 'reject' policy, refused up front (`check_fits`). It sees the pool only through
+`Slot` handles and lengths; the model's part of a truncation is the injected `compact`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from streamfuse.errors import CapacityError
+from streamfuse.lm.config import LMConfig
+from streamfuse.lm.kv_pool import KVPool, Slot
+from streamfuse.lm.request import EngineStats, RequestHandle, Sequence
+from streamfuse.lm.sessions import SessionCache
+from streamfuse.lm.speculative import NgramDrafter
+
+
+class Compactor(Protocol):
+    """Moves a slot's kept tokens into place (`GemmaModel.compact`); returns the new length."""
+
+    def compact(self, pool: KVPool, slot: int, length: int, sink: int, keep: int) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """One sequence's rows in a step."""
+
+    seq: Sequence
+    tokens: list[int]  # rows fed for this sequence
+    kind: Literal["prefill", "decode"]
+    drafts: list[int]
+    wants_logits: bool
+
+
+class Scheduler:
+    """First come, first served admission and token-budgeted step plans (not thread-safe on its
+    own: the engine calls it under its lock)."""
+
+    def __init__(
+        self,
+        config: LMConfig,
+        pool: KVPool,
+        sessions: SessionCache,
+        model: Compactor,
+        stats: EngineStats | None = None,
+    ) -> None:
+        self.config = config
+        self.pool = pool
+        self.sessions = sessions
+        self.model = model
+        self.stats = stats or EngineStats()
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self._sink = config.truncation.sink_tokens
+        self._window = config.window_tokens
+
+    # -- queue ------------------------------------------------------------------------------
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def remove(self, seq: Sequence) -> None:
+        """Take `seq` out of the queues (it finished or was cancelled)."""
+        if seq in self.running:
+            self.running.remove(seq)
+        else:
+            self.waiting.remove(seq)
+
+    def find(self, handle: RequestHandle) -> Sequence | None:
+        return next((q for q in self if q.handle is handle), None)
+
+    def __iter__(self) -> Iterator[Sequence]:
+        return itertools.chain(self.running, self.waiting)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.running or self.waiting)
+
+    def check_fits(self, context: int, max_new: int) -> None:
+        """Refuse up front a request that could never fit a slot under the 'reject' policy."""
+        if self.config.truncation.policy == "sink_window":
+            return
+        need = context + max_new
+        if need > self.pool.max_tokens:
+            raise CapacityError(
+                f"request needs {need} tokens ({context} context + {max_new} new) but a KV slot "
+                f"holds {self.pool.max_tokens} and truncation policy is 'reject'; raise "
+                "pool.max_tokens, shorten the input, or use policy 'sink_window'"
+            )
+
+    # -- one step ---------------------------------------------------------------------------
+    def schedule(self) -> list[Work]:
+        """Admit what fits, then plan the next step's rows (empty: nothing to run)."""
+        self._admit()
+        return self._plan()
+
+    def _admit(self) -> None:
+        sc = self.config.scheduler
+        blocked: set[str] = set()
+        pool_full = False
+        for seq in list(self.waiting):
+            if len(self.running) >= sc.max_running:
+                break
+            s = seq.session
+            if s is not None and (s.busy or s.key in blocked):
+                blocked.add(s.key)  # one request per session at a time, in order
+                continue
+            if s is not None and s.slot is not None:
+                slot: Slot | None = s.slot  # an idle session resumes in its own slot
+            elif pool_full:
+                continue
+            else:
+                slot = self._take_slot()
+            if slot is None:
+                pool_full = True  # every slot runs: wait for one to finish
+                if s is not None:
+                    blocked.add(s.key)
+                continue
+            self.waiting.remove(seq)
+            self._start(seq, slot)
+            self.running.append(seq)
+
+    def _take_slot(self) -> Slot | None:
+        slot = self.pool.acquire()
+        if slot is not None:
+            return slot
+        # Evict the least recently used idle session, sparing those with a request queued.
+        queued = {q.session.key for q in self.waiting if q.session is not None}
+        if not self.sessions.evict_lru(spare=queued):
+            return None
+        return self.pool.acquire()
+
+    def _start(self, seq: Sequence, slot: Slot) -> None:
+        req, s = seq.req, seq.session
+        seq.slot = slot
+        if s is None:
+            seq.pending = list(req.prompt_ids)
+        else:
+            seq.ids, unfed = self.sessions.begin(s, req.version, slot)
+            seq.pending = unfed + list(req.prompt_ids)
+            seq.base_len = len(seq.ids) + len(unfed)
+        spec = self.config.speculative
+        seq.speculative = spec.enabled if req.speculative is None else req.speculative
+        if seq.speculative and req.max_new_tokens > 1:
+            seq.drafter = NgramDrafter(
+                seq.ids + seq.pending,
+                max_ngram=spec.max_ngram,
+                min_ngram=spec.min_ngram,
+                window=spec.lookup_tokens,
+                max_draft=spec.max_draft,
+            )
+
+    def _plan(self) -> list[Work]:
+        sc = self.config.scheduler
+        budget = sc.max_batch_tokens
+        work: list[Work] = []
+        # Decoding sequences first: they are latency-critical and cost one row each.
+        for seq in self.running:
+            if seq.pending or seq.last_token is None or budget <= 0:
+                continue
+            drafts: list[int] = []
+            if seq.drafter is not None:
+                left = seq.req.max_new_tokens - len(seq.handle.tokens) - 1
+                k = min(seq.drafter.allowance(), left, budget - 1)
+                drafts = seq.drafter.draft(k)
+            tokens = [seq.last_token, *drafts]
+            if not self.make_room(seq, len(tokens)):
+                tokens = tokens[: self._room(seq)]
+                drafts = tokens[1:]
+            work.append(Work(seq, tokens, "decode", drafts, True))
+            budget -= len(tokens)
+        # Then prompt chunks, oldest first, within what is left of the budget.
+        for seq in self.running:
+            if not seq.pending or budget <= 0:
+                continue
+            n = min(len(seq.pending), sc.prefill_chunk, budget)
+            self.make_room(seq, n)
+            n = min(n, self._room(seq))
+            if n <= 0:
+                continue
+            tokens = seq.pending[:n]
+            last = n == len(seq.pending)
+            work.append(Work(seq, tokens, "prefill", [], last and seq.req.max_new_tokens > 0))
+            budget -= n
+        return work
+
+    # -- truncation -------------------------------------------------------------------------
+    def _room(self, seq: Sequence) -> int:
+        return self.pool.max_tokens - len(seq.ids)
+
+    def make_room(self, seq: Sequence, n: int) -> bool:
+        """Truncate `seq`'s slot to sink + window if `n` more tokens would not fit; returns
+        whether they fit now."""
+        if len(seq.ids) + n <= self.pool.max_tokens:
+            return True
+        if self.config.truncation.policy != "sink_window":  # admitted, so it fits: defensive
+            raise CapacityError(
+                f"sequence needs {len(seq.ids) + n} tokens > slot size {self.pool.max_tokens}"
+            )
+        assert seq.slot is not None
+        sink, keep = self._sink, self._window
+        old = len(seq.ids)
+        new_len = self.model.compact(self.pool, seq.slot.index, old, sink, keep)
+        shift = old - new_len
+        if shift > 0:
+            seq.ids = seq.ids[:sink] + seq.ids[old - keep :]
+            self.pool.set_length(seq.slot, new_len)
+            # The rollback point moves with the tokens; if it fell into the evicted middle the
+            # answer's start was evicted too, so keep what survived.
+            if seq.base_len >= old - keep:
+                seq.base_len -= shift
+            elif seq.base_len > sink:
+                seq.base_len = sink
+            self.stats.truncations += 1
+        return len(seq.ids) + n <= self.pool.max_tokens

@@ -1,0 +1,157 @@
+"""The session cache: a rolling context per key, kept in a KV slot between requests.
+
+A session's context carries a version: a request with another version drops it (invalidation)
+instead of reusing it. Idle sessions keep their slot until the pool runs out, then the least
+recently used one is evicted (its context is recomputed on next use). A request that must not
+leave its input and output behind rolls the context back to where it began: a shorter slot
+length, no copy. One request per session runs at a time (`busy`). Not thread-safe on its own:
+the engine calls it under its lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+
+from streamfuse.lm.kv_pool import KVPool, Slot
+from streamfuse.lm.request import EngineStats
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class Session:
+    """One key's context: `ids` are cached in `slot` (in slot order: sinks + window), `unfed`
+    still have to be prefilled before the next request's own tokens."""
+
+    key: str
+    version: int = 0
+    slot: Slot | None = None
+    ids: list[int] = field(default_factory=list)
+    unfed: list[int] = field(default_factory=list)
+    last_used: float = 0.0
+    busy: bool = False
+
+    @property
+    def context(self) -> list[int]:
+        return self.ids + self.unfed
+
+
+class SessionCache:
+    """Sessions by key over a shared `KVPool`: versions, LRU eviction, rollback."""
+
+    def __init__(
+        self,
+        pool: KVPool,
+        stats: EngineStats | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.pool = pool
+        self.stats = stats or EngineStats()
+        self._clock = clock
+        self._sessions: dict[str, Session] = {}
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._sessions
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def get(self, key: str) -> Session | None:
+        return self._sessions.get(key)
+
+    def open(self, key: str) -> Session:
+        """The session for `key`, created empty on first use."""
+        s = self._sessions.get(key)
+        if s is None:
+            s = Session(key=key, last_used=self._clock())
+            self._sessions[key] = s
+        return s
+
+    def context_len(self, key: str, version: int) -> int:
+        """Context tokens a request with `version` would continue from (0 if it is stale)."""
+        s = self._sessions.get(key)
+        if s is None or s.version != version:
+            return 0
+        return len(s.ids) + len(s.unfed)
+
+    # -- a request's life -----------------------------------------------------------------
+    def begin(self, s: Session, version: int, slot: Slot) -> tuple[list[int], list[int]]:
+        """A request of `s` starts in `slot`: returns (cached ids, ids still to prefill).
+
+        A different version drops the context first; a slot that does not hold the context
+        (the session was evicted and got a fresh one) starts clean and recomputes it.
+        """
+        s.busy = True
+        s.last_used = self._clock()
+        if s.version != version:
+            if s.ids or s.unfed:
+                self.stats.invalidations += 1
+            self._reset(s, version)
+        s.slot = slot
+        if self.pool.length(slot) != len(s.ids):
+            s.unfed = s.ids + s.unfed
+            s.ids = []
+            self.pool.set_length(slot, 0)
+        self.stats.reused_tokens += len(s.ids)
+        self.stats.recomputed_tokens += len(s.unfed)
+        cached, unfed = list(s.ids), s.unfed
+        s.unfed = []
+        return cached, unfed
+
+    def end(self, s: Session, slot: Slot, ids: list[int], unfed: list[int]) -> None:
+        """The request ended; the context is now `ids` (cached in `slot`) then `unfed`."""
+        s.ids, s.unfed = list(ids), list(unfed)
+        s.slot = slot
+        if self.pool.is_live(slot):
+            self.pool.set_length(slot, len(s.ids))
+        self.idle(s)
+
+    def rollback(
+        self, s: Session, slot: Slot, ids: list[int], pending: list[int], base_len: int
+    ) -> None:
+        """End a request whose input and output must not stay: keep the first `base_len`
+        tokens of the context (cached ones from `ids`, the rest from `pending`)."""
+        if len(ids) >= base_len:
+            self.end(s, slot, ids[:base_len], [])
+        else:  # ended before the context was fully prefilled
+            self.end(s, slot, ids, pending[: base_len - len(ids)])
+
+    def idle(self, s: Session) -> None:
+        """`s` has no running request any more (it may keep its slot)."""
+        s.busy = False
+        s.last_used = self._clock()
+
+    # -- slots ----------------------------------------------------------------------------
+    def evict_lru(self, spare: Collection[str] = ()) -> bool:
+        """Free the slot of the least recently used idle session, preferring sessions not in
+        `spare` (those with work queued); False when no idle session holds a slot."""
+        idle = [s for s in self._sessions.values() if s.slot is not None and not s.busy]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda s: (s.key in spare, s.last_used))
+        assert victim.slot is not None
+        log.debug("evicting idle session %r (LRU)", victim.key)
+        if self.pool.is_live(victim.slot):
+            self.pool.release(victim.slot)
+        victim.slot = None
+        victim.unfed = victim.ids + victim.unfed  # recomputed on next use
+        victim.ids = []
+        self.stats.evictions += 1
+        return True
+
+    def close(self, key: str) -> None:
+        """Forget `key` and free its slot (the caller has ended its requests)."""
+        s = self._sessions.pop(key, None)
+        if s is not None and s.slot is not None and self.pool.is_live(s.slot):
+            self.pool.release(s.slot)
+
+    def _reset(self, s: Session, version: int) -> None:
+        s.version = version
+        s.ids = []
+        s.unfed = []
+        if s.slot is not None and self.pool.is_live(s.slot):
+            self.pool.set_length(s.slot, 0)
