@@ -21,6 +21,7 @@ from streamfuse.audio import AsrConfig, AsrStage
 from streamfuse.errors import SourceError
 from streamfuse.events import EventRecord, StatsPayload
 from streamfuse.frames import ErrorFrame
+from streamfuse.fusion import TimelineConfig, TimelineStage
 from streamfuse.lm.stage import LMStage, LMStageConfig
 from streamfuse.pipeline import OverloadPolicy, Pipeline, Stage
 from streamfuse.qos.adaptive import AdaptiveConfig, AdaptiveResolution
@@ -67,7 +68,12 @@ class StreamfuseConfig(BaseModel):
     lm: LMStageConfig | None = Field(
         None,
         description="Live notes / answers from the language model over every stream's fused "
-        "timeline (None: no language model). `lm.ask` is the standing question.",
+        "timeline (None: no language model). `lm.ask` is the standing question, asked at each "
+        "timeline checkpoint.",
+    )
+    timeline: TimelineConfig = Field(
+        default_factory=TimelineConfig,
+        description="How OCR and speech events become the language model's context (with `lm`).",
     )
 
 
@@ -140,6 +146,17 @@ def share_cores(config: StreamfuseConfig, n_streams: int) -> tuple[VisionConfig,
     return vision, asr
 
 
+def lm_config(config: StreamfuseConfig, n_streams: int) -> LMStageConfig:
+    """The LM stage's settings with its torch threads capped at one stream's share of the
+    cores, as `share_cores` caps the OCR and ASR threads (the LM serves every stream, but runs
+    beside their models)."""
+    assert config.lm is not None
+    share = max(1, (os.cpu_count() or 1) // max(1, n_streams))
+    engine = config.lm.lm
+    model = engine.model.model_copy(update={"threads": min(engine.model.threads, share)})
+    return config.lm.model_copy(update={"lm": engine.model_copy(update={"model": model})})
+
+
 async def build_pipeline(
     inputs: list[str], config: StreamfuseConfig, sinks: list[EventSink]
 ) -> Job:
@@ -166,9 +183,10 @@ async def build_pipeline(
         if config.ocr and len(inputs) > 1
         else None
     )
-    # One language-model stage for all streams: it keeps a context per stream and batches
-    # their answers through one KV-cache pool.
-    lm = LMStage(config.lm) if config.lm is not None else None
+    # One timeline and one language-model stage for all streams: each keeps its state per
+    # stream, and the LM batches every stream's answers through one KV-cache pool.
+    lm = LMStage(lm_config(config, len(inputs))) if config.lm is not None else None
+    timeline = TimelineStage(config.timeline) if lm is not None else None
     for i, location in enumerate(inputs):
         stream_id = Path(location).stem if len(inputs) == 1 else f"{i}:{Path(location).stem}"
         source = MediaSource(
@@ -220,11 +238,12 @@ async def build_pipeline(
         for end in branch_ends:
             for sink in sinks:
                 pipeline.link(end, sink, maxsize=256)
-            if lm is not None:
-                pipeline.link(end, lm, maxsize=256)
+            if timeline is not None:
+                pipeline.link(end, timeline, maxsize=256)
         if not branch_ends:
             raise SourceError(f"{location}: nothing to do with the selected paths")
-    if lm is not None and lm in pipeline.stages:
+    if lm is not None and timeline is not None and timeline in pipeline.stages:
+        pipeline.link(timeline, lm, maxsize=256)
         for sink in sinks:
             pipeline.link(lm, sink, maxsize=1024)
     return Job(

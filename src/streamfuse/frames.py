@@ -74,6 +74,18 @@ class TextFrame(Frame):
     t_end: float = 0.0
 
 
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class ContextFrame(Frame):
+    """Text that extends a stream's running context (e.g. one line of the fused timeline),
+    spanning `t_media`..`t_end`. `checkpoint`: the context changed enough since the previous
+    checkpoint that a standing question deserves a fresh answer (`text` may then be empty).
+    """
+
+    text: str
+    t_end: float
+    checkpoint: bool = False
+
+
 def _envelope(frame: Frame, kind: str, t_end: float, emitted_wall: float | None) -> dict[str, Any]:
     emitted = now_wall() if emitted_wall is None else emitted_wall
     return {

@@ -1,4 +1,5 @@
-"""The `lm` stage in a real pipeline: timeline events in, streamed answers out (tiny model)."""
+"""Timeline + `lm` stages in a real pipeline: OCR/ASR events in, streamed answers out
+(tiny model)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ import pytest
 
 from streamfuse.events import AsrPartialPayload, AsrPayload, OcrLine, OcrPayload, Payload
 from streamfuse.frames import EventFrame, Frame, TextFrame
+from streamfuse.fusion import TimelineConfig, TimelineStage
 from streamfuse.lm.config import LMConfig
 from streamfuse.lm.engine import LMEngine
 from streamfuse.lm.stage import LMStage, LMStageConfig
-from streamfuse.testing.tiny_lm import CharTokenizer, tiny_model
 from streamfuse.pipeline import Pipeline
 from streamfuse.pipeline.source import Source
 from streamfuse.sinks import CollectSink
+from streamfuse.testing.tiny_lm import CharTokenizer, tiny_model
 
 pytestmark = pytest.mark.integration
 
@@ -31,9 +33,21 @@ class ListSource(Source):
             yield f
 
 
-def _stage(**cfg: object) -> tuple[LMStage, LMEngine]:
+class RecordingEngine(LMEngine):
+    """Keeps each session's context as it was when the session was closed."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.closed: dict[str, list[int]] = {}
+
+    def close_session(self, session: str) -> None:
+        self.closed[session] = self.session_context(session)
+        super().close_session(session)
+
+
+def _stage(**cfg: object) -> tuple[LMStage, RecordingEngine]:
     lm = LMConfig.model_validate({"pool": {"num_slots": 2, "max_tokens": 256}})
-    engine = LMEngine(tiny_model(seed=3), lm)
+    engine = RecordingEngine(tiny_model(seed=3), lm)
     config = LMStageConfig(lm=lm, max_new_tokens=12, stop_at_newline=False, **cfg)
     return LMStage(config, engine=engine, tokenizer=CharTokenizer()), engine
 
@@ -54,7 +68,8 @@ def _ev(kind: str, t: float, text: str) -> EventFrame:
 
 
 def test_context_events_and_prompts_become_streamed_answers() -> None:
-    stage, engine = _stage(ask="what is on the slide?", ask_every_s=1000.0)
+    stage, engine = _stage(ask="what is on the slide?")
+    timeline = TimelineStage(TimelineConfig(checkpoint_every_s=1000.0))
     frames: list[Frame] = [
         _ev("ocr", 0.0, "Quarterly results"),
         _ev("asr", 1.0, "revenue grew by twelve percent"),
@@ -64,7 +79,8 @@ def test_context_events_and_prompts_become_streamed_answers() -> None:
     ]
     sink = CollectSink()
     pipe = Pipeline("lm-test")
-    pipe.link(ListSource(frames), stage)
+    pipe.link(ListSource(frames), timeline)
+    pipe.link(timeline, stage)
     pipe.link(stage, sink)
     asyncio.run(asyncio.wait_for(pipe.run(), 60))
 
@@ -80,7 +96,9 @@ def test_context_events_and_prompts_become_streamed_answers() -> None:
         assert a["n_tokens"] >= 1 and a["finish"] in ("length", "stop", "interrupted")
         assert a["t_start"] == 0.0
     # The context holds the timeline (partials excluded); questions were rolled back out.
-    ctx = CharTokenizer().decode(engine.session_context("talk"))
+    # The end of input closed the session and freed its slot.
+    ctx = CharTokenizer().decode(engine.closed["talk"])
+    assert engine.session_context("talk") == [] and engine.pool.num_free == 2
     assert "SLIDE: Quarterly results" in ctx and "costs stayed flat" in ctx
     assert "ignored partial" not in ctx and "Question" not in ctx
     assert not engine.running_in_background  # teardown stopped the engine thread

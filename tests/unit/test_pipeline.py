@@ -256,6 +256,7 @@ def test_auto_ocr_precision_is_int8_only_when_streams_share_the_machine() -> Non
 
 def test_ask_wires_one_language_model_stage_over_every_stream(assets) -> None:  # type: ignore[no-untyped-def]
     from streamfuse.app import StreamfuseConfig, build_pipeline
+    from streamfuse.fusion import TimelineStage
     from streamfuse.lm.stage import LMStage
 
     short = str(assets / "test" / "short.mp4")
@@ -263,15 +264,18 @@ def test_ask_wires_one_language_model_stage_over_every_stream(assets) -> None:  
     sink = CollectSink()
     job = asyncio.run(build_pipeline([short, short], config, [sink]))
     lms = [s for s in job.pipeline.stages if isinstance(s, LMStage)]
-    assert len(lms) == 1
-    producers = job.pipeline.producers_of(lms[0])
+    timelines = [s for s in job.pipeline.stages if isinstance(s, TimelineStage)]
+    assert len(lms) == 1 and len(timelines) == 1
+    producers = job.pipeline.producers_of(timelines[0])
     assert sorted(p.name for p in producers) == [
         "asr:0:short",
         "asr:1:short",
         "ocr:0:short",
         "ocr:1:short",
     ]
+    assert job.pipeline.producers_of(lms[0]) == timelines
     assert lms[0] in job.pipeline.producers_of(sink)
+    assert timelines[0] not in job.pipeline.producers_of(sink)
     no_lm = asyncio.run(build_pipeline([short], StreamfuseConfig(), [CollectSink()]))
     assert not any(isinstance(s, LMStage) for s in no_lm.pipeline.stages)
 

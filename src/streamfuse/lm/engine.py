@@ -145,8 +145,8 @@ class LMEngine:
     def close_session(self, session: str) -> None:
         """End the session's requests (running and queued), forget it and free its slot."""
         with self._lock:
-            for seq in [q for q in self.scheduler if q.session is not None]:
-                if seq.session.key == session:
+            for seq in list(self.scheduler):
+                if seq.session is not None and seq.session.key == session:
                     self.cancel(seq.handle)
             self.sessions.close(session)
 

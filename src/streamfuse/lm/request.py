@@ -143,4 +143,3 @@ class Sequence:
     drafter: NgramDrafter | None = None
     speculative: bool = False
     cancelled: bool = False
-

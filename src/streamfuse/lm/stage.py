@@ -1,13 +1,15 @@
-"""The `lm` pipeline stage: a rolling per-stream context of the timeline, and answers to prompts.
+"""The `lm` answer stage: a rolling context per stream, and streamed answers to prompts.
 
-Input: `ocr` / `asr` events (context) and `TextFrame`s (prompts, e.g. a text input stream).
-Every new context event is appended at once to the stream's engine session (prefilled in the
-background, so a question finds its context already computed); the session keeps the first
-tokens and the most recent window when the slot fills (sink + window). A prompt (a TextFrame,
-or the configured `ask` when it is due: on each new slide and every `ask_every_s` of media
-time) starts a generation whose text streams out as `lm_token` events and ends as one `lm`
-event. A newer prompt for the same stream cuts a running answer at a token boundary (its `lm`
-event says `interrupted`). The question and answer are rolled back out of the context.
+Input: `ContextFrame`s (context text, e.g. the fused timeline from fusion/timeline.py) and
+`TextFrame`s (prompts). Context text is appended at once to the stream's engine session
+(prefilled in the background, so a question finds its context already computed); the session
+keeps the first tokens and the most recent window when the slot fills (sink + window). A prompt
+(a TextFrame, or the configured `ask` at each context checkpoint and, if context was added
+since, once more at the end of input) starts a generation whose text streams out as `lm_token`
+events (incrementally detokenized) and ends as one `lm` event. A newer prompt for the same
+stream cuts a running answer at a token boundary (its `lm` event says `interrupted`). The
+question and answer are rolled back out of the context. At the end of input every stream's last
+answer is completed and its session closed (its KV slot freed).
 
 Output events: `lm_token` {text, request, prompt} and `lm` {text, prompt, request, finish,
 interrupted, n_tokens, context_tokens, ttft_ms, tok_s}. Their `t_media`/`t_end` span the
@@ -21,29 +23,18 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from streamfuse.errors import ModelError
-from streamfuse.events import payload_class
-from streamfuse.frames import EventFrame, Frame, TextFrame
+from streamfuse.events import LmPayload, LmTokenPayload, Payload
+from streamfuse.frames import ContextFrame, EventFrame, Frame, TextFrame
 from streamfuse.lm.config import LMConfig
 from streamfuse.lm.engine import LMEngine, Request, RequestHandle
+from streamfuse.lm.tokenizer import TextCodec, TextStream
 from streamfuse.pipeline.stage import Stage
 
 log = logging.getLogger(__name__)
-
-
-class TextCodec(Protocol):
-    """What the stage needs from a tokenizer (`Tokenizer` or a test double)."""
-
-    bos_id: int | None
-    stop_ids: tuple[int, ...]
-
-    def encode(self, text: str, *, add_bos: bool = False) -> list[int]: ...
-
-    def decode(self, ids: list[int], *, skip_special: bool = True) -> str: ...
 
 
 class LMStageConfig(BaseModel):
@@ -57,19 +48,14 @@ class LMStageConfig(BaseModel):
         "by default: one per stream plus room for prompts.",
     )
     ask: str | None = Field(
-        default=None, description="Question asked about the live context (None: prompts only)."
+        default=None,
+        description="Standing question, asked at every context checkpoint (None: prompts only).",
     )
-    ask_every_s: float = Field(
-        default=30.0, gt=0.0, le=3600.0, description="Media seconds between repeated asks."
+    ask_at_end: bool = Field(
+        default=True,
+        description="Ask once more at the end of input if context was added since the last ask.",
     )
-    ask_on_slide: bool = Field(default=True, description="Also ask when a new slide is read.")
-    ask_at_end: bool = Field(default=True, description="Ask once more at the end of the stream.")
     max_new_tokens: int = Field(default=48, ge=1, le=4096)
-    context_types: tuple[str, ...] = ("ocr", "asr")
-    header: str = Field(
-        default="Live notes. Timeline of slide text (SLIDE) and speech (SPEECH):\n",
-        description="Text that opens every stream's context (the attention-sink tokens).",
-    )
     question_template: str = "\nQuestion: {prompt}\nAnswer:"
     stop_at_newline: bool = Field(default=True, description="An answer ends at a line break.")
     poll_s: float = Field(
@@ -84,9 +70,9 @@ class _Answer:
     t_start: float
     t_end: float
     arrival_wall: float
+    stream: TextStream
     queue: asyncio.Queue[list[int]] = field(default_factory=asyncio.Queue)
-    text: str = ""
-    emitted_ids: int = 0
+    fed: int = 0  # generated tokens passed to `stream`
 
 
 @dataclass
@@ -94,16 +80,14 @@ class _StreamState:
     context_tokens: int = 0
     t_first: float | None = None
     t_last: float = 0.0
-    last_slide: str = ""
-    last_ask_t: float | None = None
     new_since_ask: bool = False
     answer: _Answer | None = None
 
 
 class LMStage(Stage):
-    """Rolling timeline context per stream + prompted, streamed, interruptible answers."""
+    """Rolling context per stream + prompted, streamed, interruptible answers."""
 
-    input_types = (EventFrame, TextFrame)
+    input_types = (ContextFrame, TextFrame)
 
     def __init__(
         self,
@@ -143,9 +127,10 @@ class LMStage(Stage):
         prompt: str | None = None
         if isinstance(frame, TextFrame):
             prompt = frame.text.strip() or None
-        elif isinstance(frame, EventFrame) and frame.type in self.config.context_types:
-            slide = self._add_context(frame, st)
-            prompt = self._due_ask(frame, st, slide)
+        elif isinstance(frame, ContextFrame):
+            self._add_context(frame, st)
+            if frame.checkpoint and st.context_tokens:
+                prompt = self.config.ask
         for out in self._drain(frame.stream_id, st):
             yield out
         if prompt is not None:
@@ -158,6 +143,7 @@ class LMStage(Stage):
                 yield out
 
     async def flush(self) -> AsyncIterator[Frame]:
+        assert self.engine is not None
         cfg = self.config
         for stream_id, st in self._streams.items():
             if cfg.ask and cfg.ask_at_end and st.new_since_ask and st.context_tokens:
@@ -168,40 +154,22 @@ class LMStage(Stage):
                 await self._wait_tokens(st.answer)
                 for out in self._drain(stream_id, st):
                     yield out
+            # The stream has ended: its context will not be asked about again.
+            self.engine.close_session(stream_id)
 
     # -- context ------------------------------------------------------------------------------
-    def _add_context(self, ev: EventFrame, st: _StreamState) -> bool:
-        """Append an event to the stream's session; returns True if it is a new slide."""
+    def _add_context(self, frame: ContextFrame, st: _StreamState) -> None:
+        """Append the frame's text to the stream's session."""
         assert self.engine is not None and self.tokenizer is not None
-        text = " ".join(str(ev.payload.fields().get("text", "")).split())
-        if not text:
-            return False
-        is_slide = ev.type == "ocr"
-        if is_slide and text == st.last_slide:
-            return False  # the same slide read again
-        if is_slide:
-            st.last_slide = text
-        label = "SLIDE" if is_slide else "SPEECH"
-        line = f"[{ev.t_media:.1f}s] {label}: {text}\n"
-        ids = self.tokenizer.encode(line)
+        if not frame.text:
+            return
+        ids = self.tokenizer.encode(frame.text, add_bos=st.context_tokens == 0)
         if st.context_tokens == 0:
-            ids = self.tokenizer.encode(self.config.header, add_bos=True) + ids
-            st.t_first = ev.t_media
-        self.engine.feed(ev.stream_id, ids)
+            st.t_first = frame.t_media
+        self.engine.feed(frame.stream_id, ids)
         st.context_tokens += len(ids)
-        st.t_last = max(st.t_last, ev.t_end)
+        st.t_last = max(st.t_last, frame.t_end)
         st.new_since_ask = True
-        return is_slide
-
-    def _due_ask(self, ev: EventFrame, st: _StreamState, slide: bool) -> str | None:
-        cfg = self.config
-        if cfg.ask is None or not st.new_since_ask:
-            return None
-        if slide and cfg.ask_on_slide:
-            return cfg.ask
-        if st.last_ask_t is None or ev.t_media - st.last_ask_t >= cfg.ask_every_s:
-            return cfg.ask
-        return None
 
     # -- answers ------------------------------------------------------------------------------
     async def _ask(self, cause: Frame, st: _StreamState, prompt: str) -> AsyncIterator[Frame]:
@@ -210,9 +178,8 @@ class LMStage(Stage):
             self.engine.cancel(st.answer.handle, reason="interrupted")
             for out in self._drain(cause.stream_id, st):
                 yield out
-        ids = self.tokenizer.encode(self.config.question_template.format(prompt=prompt))
-        if st.context_tokens == 0:
-            ids = self.tokenizer.encode(self.config.header, add_bos=True) + ids
+        text = self.config.question_template.format(prompt=prompt)
+        ids = self.tokenizer.encode(text, add_bos=st.context_tokens == 0)
         req = Request(
             prompt_ids=tuple(ids),
             max_new_tokens=self.config.max_new_tokens,
@@ -228,6 +195,7 @@ class LMStage(Stage):
             t_start=st.t_first if st.t_first is not None else cause.t_media,
             t_end=max(st.t_last, cause.t_media),
             arrival_wall=cause.arrival_wall,
+            stream=TextStream(self.tokenizer),
         )
         loop = self._loop
         assert loop is not None
@@ -237,7 +205,6 @@ class LMStage(Stage):
 
         handle.on_tokens(forward)
         st.answer = answer
-        st.last_ask_t = cause.t_media
         st.new_since_ask = False
 
     async def _wait_tokens(self, answer: _Answer) -> None:
@@ -252,24 +219,25 @@ class LMStage(Stage):
         a = st.answer
         if a is None:
             return []
-        assert self.tokenizer is not None
         while not a.queue.empty():
             a.queue.get_nowait()
         h = a.handle
         out: list[Frame] = []
         ids = list(h.tokens)
-        text = self.tokenizer.decode(self._strip_stop(ids))
-        if not text.endswith("\ufffd") and len(text) > len(a.text):
-            delta = text[len(a.text) :]
-            a.text = text
-            out.append(self._event("lm_token", stream_id, a, {"text": delta}))
+        # A final stop token is not text; hold it back (a later token shows it was not final).
+        ready = len(ids) - 1 if ids and ids[-1] in self._stops() else len(ids)
+        if ready > a.fed:
+            delta = a.stream.push(ids[a.fed : ready])
+            a.fed = ready
+            if delta:
+                out.append(self._event(stream_id, a, LmTokenPayload, {"text": delta}))
         if h.done:
             tok_s = 0.0
             if h.first_token_wall and h.finished_wall and len(ids) > 1:
                 tok_s = (len(ids) - 1) / max(1e-9, h.finished_wall - h.first_token_wall)
             ttft = (h.first_token_wall - h.submitted_wall) * 1000 if h.first_token_wall else None
             data = {
-                "text": a.text.strip(),
+                "text": a.stream.text.strip(),
                 "finish": h.finish_reason,
                 "interrupted": h.finish_reason == "interrupted",
                 "n_tokens": len(ids),
@@ -277,7 +245,7 @@ class LMStage(Stage):
                 "ttft_ms": round(ttft, 1) if ttft is not None else None,
                 "tok_s": round(tok_s, 1),
             }
-            out.append(self._event("lm", stream_id, a, data))
+            out.append(self._event(stream_id, a, LmPayload, data))
             st.answer = None
         return out
 
@@ -293,18 +261,13 @@ class LMStage(Stage):
             stops += self._newlines()
         return tuple(dict.fromkeys(stops))
 
-    def _strip_stop(self, ids: list[int]) -> list[int]:
-        return ids[:-1] if ids and ids[-1] in self._stops() else ids
-
     def _event(
-        self, kind: str, stream_id: str, a: _Answer, data: Mapping[str, object]
+        self, stream_id: str, a: _Answer, kind: type[Payload], data: Mapping[str, object]
     ) -> EventFrame:
         return EventFrame(
             stream_id=stream_id,
             t_media=a.t_start,
             t_end=a.t_end,
             arrival_wall=a.arrival_wall,
-            payload=payload_class(kind).model_validate(
-                {**data, "prompt": a.prompt, "request": a.handle.id}
-            ),
+            payload=kind.model_validate({**data, "prompt": a.prompt, "request": a.handle.id}),
         )

@@ -3,12 +3,13 @@
 A GGUF file carries its vocabulary and scores; `Tokenizer.export_from_gguf` turns them into a
 tokenizer.json once (through transformers' GGUF converter, the same path Hugging Face uses) and
 the runtime loads that file afterwards. `TextStream` turns generated ids into text increments
-without splitting multi-byte characters.
+without splitting multi-byte characters, decoding each token a bounded number of times.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol
 
 from streamfuse.errors import ModelError
 
@@ -70,23 +71,55 @@ class Tokenizer:
         return str(self._tok.decode(list(ids), skip_special_tokens=skip_special))
 
 
-class TextStream:
-    """Incremental detokenizer: `push(id)` returns the text that became final with that id."""
+class TextCodec(Protocol):
+    """What text streaming needs from a tokenizer (`Tokenizer` or a test double)."""
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    bos_id: int | None
+    stop_ids: tuple[int, ...]
+
+    def encode(self, text: str, *, add_bos: bool = False) -> list[int]: ...
+
+    def decode(self, ids: list[int], *, skip_special: bool = True) -> str: ...
+
+
+class TextStream:
+    """Incremental detokenizer: `push(ids)` returns the text that became final with them.
+
+    Decodes only a small window (vLLM's and Hugging Face's prefix-offset technique): the tokens
+    since the previous final piece (`prefix`) and the new ones. Decoding the window twice, with
+    and without the new tokens, and taking the difference keeps what depends on the left
+    context right (a decoder dropping a leading space, multi-token characters); a window whose
+    text ends in an incomplete UTF-8 character (U+FFFD from byte fallback) waits for more.
+    Each token is decoded a bounded number of times, so streaming an answer is linear.
+    """
+
+    def __init__(self, tokenizer: TextCodec) -> None:
         self._tok = tokenizer
         self._ids: list[int] = []
-        self._emitted = 0
+        self._prefix = 0  # start of the decode window
+        self._read = 0  # tokens before this are in the emitted text
+        self._text: list[str] = []
+        #: Token ids passed to `decode` so far (shows the work is linear, not quadratic).
+        self.decoded_tokens = 0
 
-    def push(self, token_id: int) -> str:
-        self._ids.append(token_id)
-        text = self._tok.decode(self._ids)
-        if text.endswith("\ufffd"):
-            return ""  # an incomplete UTF-8 sequence (byte fallback): wait for the rest
-        new = text[self._emitted :]
-        self._emitted = len(text)
+    def push(self, ids: list[int] | tuple[int, ...] | int) -> str:
+        self._ids.extend([ids] if isinstance(ids, int) else ids)
+        before = self._decode(self._ids[self._prefix : self._read])
+        text = self._decode(self._ids[self._prefix :])
+        if len(text) <= len(before) or text.endswith("\ufffd"):
+            return ""  # nothing final yet (an incomplete character, or only special tokens)
+        new = text[len(before) :]
+        self._prefix, self._read = self._read, len(self._ids)
+        self._text.append(new)
         return new
 
     @property
     def text(self) -> str:
-        return self._tok.decode(self._ids)
+        """Everything emitted so far."""
+        return "".join(self._text)
+
+    def _decode(self, ids: list[int]) -> str:
+        if not ids:
+            return ""
+        self.decoded_tokens += len(ids)
+        return self._tok.decode(ids)
