@@ -46,6 +46,11 @@ def reference_greedy(model: GemmaModel, prompt: list[int], n: int) -> list[int]:
     return out
 
 
+_SMALL: dict = {
+    "pool": {"num_slots": 3, "max_tokens": 64},
+    "scheduler": {"max_batch_tokens": 64, "prefill_chunk": 16},
+}
+
 PROMPT_A = [2, 10, 11, 12, 13, 10, 11, 12, 13, 10, 11]  # repetitive: the drafter has matches
 PROMPT_B = [2, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58]
 
@@ -299,3 +304,59 @@ def test_leading_stop_ids_do_not_end_an_answer_before_its_text(model: GemmaModel
     n_lead = next((i for i, t in enumerate(full) if t != first), len(full))
     later = [i for i, t in enumerate(full) if t == first and i > n_lead]
     assert out == full[: later[0] + 1] if later else out == full
+
+
+class ThreadSpy(GemmaModel):
+    """The tiny model, recording torch's thread count on the thread running each forward."""
+
+    seen: list[int]
+
+    def forward(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        self.seen.append(torch.get_num_threads())
+        return super().forward(*args, **kwargs)
+
+
+def test_the_engine_thread_uses_its_threads_and_restores_the_process_value(
+    model: GemmaModel,
+) -> None:
+    spy = ThreadSpy(model.config, model.weights)
+    spy.seen = []
+    eng = LMEngine(spy, LMConfig.model_validate({"model": {"threads": 2}, **_SMALL}))
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        eng.start()
+        eng.submit(Request(prompt_ids=tuple(PROMPT_B), max_new_tokens=4, stop_ids=NO_STOP)).wait(
+            timeout=30
+        )
+        eng.stop()
+        assert spy.seen and set(spy.seen) == {2}  # the engine's forwards ran with its count
+        # ...and the process value is back: for this thread and for threads started later.
+        assert torch.get_num_threads() == 1
+        later: list[int] = []
+        t = threading.Thread(target=lambda: later.append(torch.get_num_threads()))
+        t.start()
+        t.join()
+        assert later == [1]
+    finally:
+        eng.stop()
+        torch.set_num_threads(before)
+
+
+def test_cancelling_a_queued_request_leaves_the_running_one_of_its_session_alone(
+    model: GemmaModel,
+) -> None:
+    eng = make_engine(
+        model, pool={"num_slots": 2, "max_tokens": 128}, speculative={"enabled": False}
+    )
+    eng.feed("s", PROMPT_B).wait()
+    running = eng.submit(Request(prompt_ids=(7,), max_new_tokens=40, session="s", stop_ids=NO_STOP))
+    eng.step()
+    queued = eng.submit(Request(prompt_ids=(8,), max_new_tokens=3, session="s"))
+    assert queued.cancel() is True
+    eng.feed("c", [2, 30, 31]).wait()  # the second slot; "c" is idle afterwards
+    eng.feed("d", [2, 40, 41]).wait(timeout=10)  # pool full: evict an idle session
+    # "s" still runs a request, so "c" was the one to go, and the answer is undisturbed.
+    c, s_ = eng.sessions.get("c"), eng.sessions.get("s")
+    assert c is not None and c.slot is None and s_ is not None and s_.slot is not None
+    assert running.wait(timeout=10) == reference_greedy(model, PROMPT_B + [7], 40)

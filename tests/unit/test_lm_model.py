@@ -109,3 +109,15 @@ def test_tiny_config_is_gemma_shaped() -> None:
     c = tiny_config()
     assert c.layer_types == ("sliding_attention", "full_attention")
     assert c.num_heads % c.num_kv_heads == 0
+
+
+def test_loading_leaves_the_process_thread_count_alone(hf_dir: Path) -> None:
+    """torch's thread count is process-wide: loading a model must not change it (the engine
+    applies its own count on its own thread)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        load_model(ModelConfig(source=str(hf_dir), weights="fp32", threads=3))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)

@@ -39,3 +39,17 @@ def test_a_newer_prompt_interrupts_the_running_answer() -> None:
     assert [a["prompt"] for a in answers] == ["first question", "second"]
     assert answers[0]["interrupted"] is True and 1 <= answers[0]["n_tokens"] < 200
     assert answers[1]["finish"] == "length" and answers[1]["n_tokens"] == 200
+
+
+def test_the_app_caps_the_lm_threads_at_a_stream_share_of_the_cores() -> None:
+    import os
+
+    from streamfuse.app import StreamfuseConfig, lm_config
+
+    cores = os.cpu_count() or 1
+    config = StreamfuseConfig(lm={"lm": {"model": {"threads": 256}}, "ask": "q?"})
+    assert lm_config(config, 1).lm.model.threads == cores
+    assert lm_config(config, 4 * cores).lm.model.threads == 1
+    small = lm_config(config.model_copy(update={"lm": LMStageConfig()}), 1)
+    assert small.lm.model.threads == min(2, cores)  # below the share: kept as configured
+    assert lm_config(config, 1).ask == "q?"  # the rest of the settings are untouched

@@ -32,7 +32,13 @@ class ModelConfig(_Frozen):
         description="'int8': per-row int8 weights with per-row int8 activations (exact integer "
         "matmul, batch-invariant); 'fp32': dequantized float32 (reference, ~4x more bytes).",
     )
-    threads: int = Field(default=2, ge=1, le=256, description="torch intra-op threads.")
+    threads: int = Field(
+        default=2,
+        ge=1,
+        le=256,
+        description="torch intra-op threads of the engine's forwards on its background thread "
+        "(`LMEngine.start`); loading sets nothing process-wide.",
+    )
 
 
 class PoolConfig(_Frozen):

@@ -376,7 +376,6 @@ def load_model(config: ModelConfig | None = None) -> tuple[GemmaModel, Tokenizer
     from safetensors.torch import load_file
 
     config = config or ModelConfig()
-    torch.set_num_threads(config.threads)
     fmt = config.weights
     source = config.source
     t0 = time.perf_counter()

@@ -99,8 +99,6 @@ class TextStream:
         self._prefix = 0  # start of the decode window
         self._read = 0  # tokens before this are in the emitted text
         self._text: list[str] = []
-        #: Token ids passed to `decode` so far (shows the work is linear, not quadratic).
-        self.decoded_tokens = 0
 
     def push(self, ids: list[int] | tuple[int, ...] | int) -> str:
         self._ids.extend([ids] if isinstance(ids, int) else ids)
@@ -119,7 +117,4 @@ class TextStream:
         return "".join(self._text)
 
     def _decode(self, ids: list[int]) -> str:
-        if not ids:
-            return ""
-        self.decoded_tokens += len(ids)
-        return self._tok.decode(ids)
+        return self._tok.decode(ids) if ids else ""
