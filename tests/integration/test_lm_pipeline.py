@@ -102,3 +102,30 @@ def test_context_events_and_prompts_become_streamed_answers() -> None:
     assert "SLIDE: Quarterly results" in ctx and "costs stayed flat" in ctx
     assert "ignored partial" not in ctx and "Question" not in ctx
     assert not engine.running_in_background  # teardown stopped the engine thread
+
+
+class FailingSource(ListSource):
+    """Emits its frames, then fails (as a truncated file does)."""
+
+    async def frames(self) -> AsyncIterator[Frame]:
+        async for f in super().frames():
+            yield f
+        raise OSError("decoder lost sync")
+
+
+def test_an_input_error_reaches_the_sink_once_with_the_language_model_on() -> None:
+    # The app's shape: the branch output goes to the sinks and, through the timeline and the
+    # LM, to the sinks again; the source's error travels both paths but is reported once.
+    stage, _engine = _stage(ask="what is on the slide?")
+    timeline = TimelineStage()
+    sink = CollectSink()
+    src = FailingSource([_ev("ocr", 0.0, "Agenda"), _ev("asr", 1.0, "welcome everyone")])
+    pipe = Pipeline("lm-join")
+    pipe.link(src, timeline)
+    pipe.link(src, sink)
+    pipe.link(timeline, stage)
+    pipe.link(stage, sink)
+    asyncio.run(asyncio.wait_for(pipe.run(), 60))
+    errors = sink.of_type("error")
+    assert len(errors) == 1 and "decoder lost sync" in errors[0]["message"]
+    assert sink.of_type("lm")  # the answers still came
