@@ -3,7 +3,7 @@
 Input: `ocr` events (a slide read: `OcrPayload`), `asr` events (committed speech:
 `AsrPayload`) and `TextFrame` prompts, which pass through in order. Each new slide or stretch
 of speech becomes one `ContextFrame` line (`[12.0s] SLIDE: ...`), the stream's first one led by
-a header frame; a slide read again unchanged adds nothing. A line is a checkpoint (worth a fresh
+the header; a slide read again unchanged adds nothing. A line is a checkpoint (worth a fresh
 answer to a standing question) when it is a new slide, or when `checkpoint_every_s` of media
 passed since the last checkpoint (and something was added since).
 This is the only module that knows the OCR and ASR event kinds; the LM answer stage
@@ -79,8 +79,9 @@ class TimelineStage(Stage):
             label = cfg.slide_label if is_slide else cfg.speech_label
             line = f"[{frame.t_media:.1f}s] {label}: {text}\n"
             if not st.started:
+                # One frame, so the LM feeds the opening in one piece (one prefill, as before).
                 st.started = True
-                yield self._context(frame, cfg.header, t_end=frame.t_media)
+                line = cfg.header + line
             st.new_since_checkpoint = True
         checkpoint = self._due(frame.t_media, st, slide=line is not None and is_slide)
         if line is not None or checkpoint:
