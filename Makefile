@@ -26,6 +26,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks scripts
 	$(VENV)/bin/ruff format --check src tests benchmarks scripts
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-logo
 
 bench: $(STAMP)
 	$(PY) benchmarks/asr_streaming.py
