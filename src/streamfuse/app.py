@@ -94,7 +94,6 @@ class Job:
         payload = StatsPayload(
             final=True,
             realtime=any(s.pacer.realtime for s in self.sources),
-            wall_s=round(self._streaming_s(), 3),
             cpu_s=round(_cpu_s() - self.cpu_start_s, 3),
             stages=self.pipeline.snapshot(),
         )
@@ -104,6 +103,7 @@ class Job:
             t_start=0.0,
             t_end=round(max(media), 3) if media else 0.0,
             latency_ms=0.0,
+            wall_s=round(self._streaming_s(), 3),
             payload=payload,
         )
         return record.to_json_dict()
