@@ -57,8 +57,9 @@ def offline(audio: np.ndarray, config: Any) -> dict[str, Any]:
 
 async def streaming(path: Path, config: Any, realtime: bool) -> dict[str, Any]:
     from streamfuse.audio import AsrStage
-    from streamfuse.frames import now_wall
-    from streamfuse.pipeline import Pipeline
+    from streamfuse.events import EventType
+    from streamfuse.frames import EventFrame
+    from streamfuse.pipeline import FrameEmitted, Observer, Pipeline
     from streamfuse.sinks import CollectSink
     from streamfuse.sources.media import MediaSource
 
@@ -66,21 +67,27 @@ async def streaming(path: Path, config: Any, realtime: bool) -> dict[str, Any]:
     stage = AsrStage(config)
     sink = CollectSink()
     emitted: list[float] = []
-    sink.listeners.append(lambda record: emitted.append(now_wall()))
+
+    class EventTimes(Observer):
+        def on_frame(self, event: FrameEmitted) -> None:
+            if event.producer is stage and isinstance(event.frame, EventFrame):
+                emitted.append(event.wall)
+
     # 60 s of windows: the stage coalesces queued audio while an inference runs.
     pipeline = Pipeline("asr-bench").link(source, stage, maxsize=3000).link(stage, sink)
+    pipeline.observe(EventTimes())
     await source.open()
     await stage.setup()  # load before timing; the runner's own setup call is then a no-op
     cpu0, t0 = _cpu_s(), time.perf_counter()
     await pipeline.run()
     wall = time.perf_counter() - t0
-    asr = sink.of_type("asr")
-    errors = sink.of_type("error")
+    asr = sink.of_type(EventType.ASR)
+    errors = sink.of_type(EventType.ERROR)
     latencies = np.array([r["latency_ms"] / 1000.0 for r in asr]) if asr else np.zeros(1)
     return {
         "text": " ".join(r["text"] for r in asr),
         "events": len(asr),
-        "partials": len(sink.of_type("asr_partial")),
+        "partials": len(sink.of_type(EventType.ASR_PARTIAL)),
         "errors": [e["message"] for e in errors],
         "latency_p50_s": float(np.percentile(latencies, 50)),
         "latency_p95_s": float(np.percentile(latencies, 95)),
