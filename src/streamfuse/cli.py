@@ -176,6 +176,30 @@ def run(
     raise typer.Exit(code)
 
 
+def _vision_options(
+    vision_policy: str | None, ocr_budget_s: float | None, ocr_precision: str | None
+) -> dict[str, Any]:
+    """The `vision` part of the job config for the vision options given (empty: defaults).
+
+    `--vision-policy` is `vision.policy.kind`; `--ocr-budget-s` is the dynamic policy's
+    `vision.policy.controller.budget_s` (no other policy has a budget).
+    """
+    from streamfuse.vision.config import VisionConfig
+
+    kind = vision_policy or VisionConfig().policy.kind
+    if ocr_budget_s is not None and kind != "dynamic":
+        raise _fail(f"--ocr-budget-s applies to --vision-policy dynamic, not {kind}")
+    vision: dict[str, Any] = {}
+    if vision_policy is not None or ocr_budget_s is not None:
+        policy: dict[str, Any] = {"kind": kind}
+        if ocr_budget_s is not None:
+            policy["controller"] = {"budget_s": ocr_budget_s}
+        vision["policy"] = policy
+    if ocr_precision is not None:
+        vision["ocr"] = {"precision": ocr_precision}
+    return vision
+
+
 def _run_main(
     inputs: list[str],
     realtime: bool,
@@ -194,22 +218,12 @@ def _run_main(
 
     from streamfuse.app import StreamfuseConfig
     from streamfuse.events import ErrorPayload, parse_record
-    from streamfuse.vision.config import VisionConfig
 
     if not (ocr or asr):
         raise _fail("both --no-ocr and --no-asr: nothing to do")
-    kind = vision_policy or VisionConfig().policy.kind
-    if ocr_budget_s is not None and kind != "dynamic":
-        raise _fail(f"--ocr-budget-s applies to --vision-policy dynamic, not {kind}")
     try:
         extra: dict[str, Any] = {}
-        vision: dict[str, Any] = {}
-        if vision_policy is not None or ocr_budget_s is not None:
-            vision["policy"] = {"kind": kind}
-        if ocr_budget_s is not None:
-            vision["policy"]["controller"] = {"budget_s": ocr_budget_s}
-        if ocr_precision is not None:
-            vision["ocr"] = {"precision": ocr_precision}
+        vision = _vision_options(vision_policy, ocr_budget_s, ocr_precision)
         if vision:
             extra["vision"] = vision
         if ask is not None:
