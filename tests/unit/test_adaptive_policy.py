@@ -23,7 +23,7 @@ from streamfuse.vision.adaptive import (
     select_roi,
 )
 from streamfuse.vision.config import ArticlePolicy, DynamicPolicy, FixedPolicy, VisionConfig
-from streamfuse.vision.frames import BBox, KeyFrame, clip_box
+from streamfuse.vision.frames import BBox, KeyFrame, clamp_box, clip_box
 from streamfuse.vision.ocr import OcrStage
 from streamfuse.vision.policy import FixedResolution, OcrObservation
 
@@ -358,6 +358,7 @@ def test_policy_config_has_one_start_and_one_vocabulary() -> None:
 
 
 def test_clip_box_is_the_one_rule_for_crops() -> None:
+    assert clamp_box((-5.5, 10.2, 1300.0, 99.1), (W, H)) == (0.0, 10.2, W, 99.1)  # unrounded
     assert clip_box((-5.5, 10.2, 1300.0, 99.1), (W, H)) == (0, 10, W, 100)  # outwards, clamped
     assert clip_box((W + 5, H + 5, W + 9, H + 9), (W, H)) == (W - 1, H - 1, W, H)  # >= 1 px
     # The ROI geometry and the OCR stage crop with it: a region past the edge ends at the edge.

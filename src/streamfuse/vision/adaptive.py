@@ -37,7 +37,7 @@ from streamfuse.qos.ladder import ALIGN_PX, DEFAULT_LADDER, Ladder, Rung, align_
 from streamfuse.qos.signals import QosSignals
 from streamfuse.qos.smoothing import ResolutionScheduler
 from streamfuse.vision.config import ArticlePolicy, DynamicPolicy, FixedPolicy, PolicyConfig
-from streamfuse.vision.frames import BBox, KeyFrame, clip_box
+from streamfuse.vision.frames import BBox, KeyFrame, clamp_box, clip_box
 from streamfuse.vision.policy import FixedResolution, OcrObservation, OcrPlan, ResolutionPolicy
 
 log = logging.getLogger(__name__)
@@ -50,17 +50,15 @@ AdaptivePolicy = DynamicPolicy | ArticlePolicy
 
 
 def _pad(frame_wh: tuple[int, int], box: BBox, margin_frac: float) -> tuple[float, ...]:
-    w, h = frame_wh
-    pad = margin_frac * min(w, h)
-    x0, y0, x1, y1 = (float(v) for v in box)
-    return max(0.0, x0 - pad), max(0.0, y0 - pad), min(float(w), x1 + pad), min(float(h), y1 + pad)
+    pad = margin_frac * min(frame_wh)
+    x0, y0, x1, y1 = box
+    return clamp_box((x0 - pad, y0 - pad, x1 + pad, y1 + pad), frame_wh)
 
 
 def _shrink(
     frame_wh: tuple[int, int], box: tuple[float, ...], max_area: float
 ) -> tuple[float, ...]:
     """`box` shrunk about its centre (aspect kept) to at most `max_area` px^2."""
-    w, h = frame_wh
     x0, y0, x1, y1 = box
     area = (x1 - x0) * (y1 - y0)
     if area <= max_area:
@@ -68,7 +66,7 @@ def _shrink(
     k = math.sqrt(max_area / area)
     cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
     hw, hh = (x1 - x0) * k / 2, (y1 - y0) * k / 2
-    return max(0.0, cx - hw), max(0.0, cy - hh), min(float(w), cx + hw), min(float(h), cy + hh)
+    return clamp_box((cx - hw, cy - hh, cx + hw, cy + hh), frame_wh)
 
 
 def _to_bbox(frame_wh: tuple[int, int], box: tuple[float, ...]) -> BBox | None:

@@ -4,7 +4,8 @@
 and `arrival_wall` of the video frame it is (latency is measured from it), the changed region
 since the previous key frame, and why it was selected. It is not a `VideoFrame`, so stages
 routed by type never confuse the 30 fps stream with the few pictures worth reading.
-`clip_box` is the one rule for turning a region into a crop of a frame.
+`clamp_box` / `clip_box` are the one rule for keeping a region inside a frame (unrounded / as a
+crop of whole pixels).
 """
 
 from __future__ import annotations
@@ -22,6 +23,18 @@ BBox = tuple[int, int, int, int]
 """(x0, y0, x1, y1) in original frame pixels, x1/y1 exclusive."""
 
 KeyReason = Literal["first", "change", "timeout", "end"]
+
+
+def clamp_box(box: Sequence[float], frame_wh: tuple[int, int]) -> tuple[float, float, float, float]:
+    """`box` (x0, y0, x1, y1) with every coordinate clamped into a `frame_wh` frame, unrounded."""
+    w, h = frame_wh
+    x0, y0, x1, y1 = (float(v) for v in box)
+    return (
+        min(max(0.0, x0), float(w)),
+        min(max(0.0, y0), float(h)),
+        min(max(0.0, x1), float(w)),
+        min(max(0.0, y1), float(h)),
+    )
 
 
 def clip_box(box: Sequence[float], frame_wh: tuple[int, int]) -> BBox:
@@ -62,4 +75,4 @@ class KeyFrame(Frame):
         return self.t_media
 
 
-__all__ = ["BBox", "KeyFrame", "KeyReason", "clip_box"]
+__all__ = ["BBox", "KeyFrame", "KeyReason", "clamp_box", "clip_box"]

@@ -41,7 +41,7 @@ from streamfuse.pipeline.stage import Stage
 from streamfuse.qos.ladder import align_px
 from streamfuse.telemetry.metrics import instruments
 from streamfuse.vision.config import FixedPolicy, OcrConfig, VisionConfig
-from streamfuse.vision.frames import BBox, KeyFrame, clip_box
+from streamfuse.vision.frames import BBox, KeyFrame, clamp_box, clip_box
 from streamfuse.vision.layout import reading_order
 from streamfuse.vision.policy import FixedResolution, OcrObservation, OcrPlan, ResolutionPolicy
 
@@ -201,13 +201,8 @@ class RapidOcrEngine(OcrEngine):
         if getattr(out, "boxes", None) is not None and getattr(out, "txts", None) is not None:
             for quad, text, score in zip(out.boxes, out.txts, out.scores, strict=False):
                 q = np.asarray(quad, dtype=np.float64).reshape(-1, 2)
-                box = (
-                    float(max(0.0, q[:, 0].min())),
-                    float(max(0.0, q[:, 1].min())),
-                    float(min(w, q[:, 0].max())),
-                    float(min(h, q[:, 1].max())),
-                )
-                lines.append(OcrLine(str(text), box, float(score)))
+                box = (q[:, 0].min(), q[:, 1].min(), q[:, 0].max(), q[:, 1].max())
+                lines.append(OcrLine(str(text), clamp_box(box, (w, h)), float(score)))
         return OcrReading(tuple(lines), _det_size(w, h, det_max_side_px), ocr_ms)
 
 
