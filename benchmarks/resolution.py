@@ -115,31 +115,29 @@ async def _run(
     OCR CPU and policy stats."""
     policy, precision, content_crop = VARIANTS[variant]
     from streamfuse.app import StreamfuseConfig, build_pipeline, run_job
-    from streamfuse.qos.adaptive import AdaptiveConfig, AdaptiveResolution
+    from streamfuse.qos import FeedbackControllerConfig
     from streamfuse.sinks import CollectSink
     from streamfuse.testing.load import CpuHog
-    from streamfuse.vision import OcrConfig, VisionConfig
+    from streamfuse.vision import DynamicPolicy, FixedPolicy, OcrConfig, PolicyConfig, VisionConfig
+    from streamfuse.vision.adaptive import AdaptiveResolution
 
-    ocr_update: dict[str, Any] = {"det_max_side_px": full_side_px, "content_crop": content_crop}
+    ocr_update: dict[str, Any] = {}
     if intra_op_threads is not None:
         ocr_update["intra_op_threads"] = intra_op_threads
     if precision is not None:
         ocr_update["precision"] = precision
-    vision = VisionConfig(ocr=OcrConfig(**ocr_update))
-    # None: the shipped default; 0: the top rung.
-    adaptive = (
-        AdaptiveConfig()
-        if start_side_px is None
-        else AdaptiveConfig(start_side_px=start_side_px or None)
-    )
-    config = StreamfuseConfig(
-        realtime=realtime,
-        asr=False,
-        vision=vision,
-        vision_policy=policy,
-        ocr_budget_s=budget_s,
-        adaptive=adaptive,
-    )
+    vision_policy: PolicyConfig
+    if policy == "fixed":
+        vision_policy = FixedPolicy(det_max_side_px=full_side_px, content_crop=content_crop)
+    else:
+        controller = FeedbackControllerConfig(budget_s=budget_s)
+        vision_policy = DynamicPolicy(controller=controller)
+        if start_side_px is not None:  # None: the shipped default; 0: the top rung
+            vision_policy = DynamicPolicy(
+                controller=controller, start_side_px=start_side_px or None
+            )
+    vision = VisionConfig(ocr=OcrConfig(**ocr_update), policy=vision_policy)
+    config = StreamfuseConfig(realtime=realtime, asr=False, vision=vision)
     sink = CollectSink()
     job = await build_pipeline([str(p) for p in inputs], config, [sink])
     timed = _timed_engine_class()

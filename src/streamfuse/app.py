@@ -12,7 +12,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,13 +23,12 @@ from streamfuse.events import EventRecord, StatsPayload
 from streamfuse.frames import ErrorFrame
 from streamfuse.lm.stage import LMStage, LMStageConfig
 from streamfuse.pipeline import OverloadPolicy, Pipeline, Stage
-from streamfuse.qos.adaptive import AdaptiveConfig, AdaptiveResolution
 from streamfuse.qos.signals import QosSignals
 from streamfuse.sinks.base import EventSink
 from streamfuse.sources.media import MediaSource
 from streamfuse.vision import ChangeDetector, OcrStage, ResolutionPolicy, VisionConfig
-
-VisionPolicy = Literal["fixed", "dynamic", "article"]
+from streamfuse.vision.adaptive import make_policy
+from streamfuse.vision.config import FixedPolicy
 
 
 class StreamfuseConfig(BaseModel):
@@ -44,24 +43,9 @@ class StreamfuseConfig(BaseModel):
     audio_queue: int = Field(
         3000, ge=50, le=100_000, description="20 ms audio windows buffered before ASR (60 s)."
     )
-    vision: VisionConfig = Field(default_factory=VisionConfig)
-    vision_policy: VisionPolicy = Field(
-        "dynamic",
-        description="How OCR chooses resolution, region and interval per key frame: `dynamic` "
-        "(default: feedback controller on the OCR latency budget, changed-region ROI, jump "
-        "suppression; measured ~2x less OCR CPU than fixed full resolution at the same CER, "
-        "benchmarks/resolution.py), `fixed` (`vision.ocr.det_max_side_px`, content region) or "
-        "`article` (the article's F15 rule).",
-    )
-    ocr_budget_s: float = Field(
-        1.0,
-        gt=0.0,
-        le=60.0,
-        description="OCR event latency budget (key-frame arrival to result), s; the `dynamic` "
-        "policy steers to it.",
-    )
-    adaptive: AdaptiveConfig = Field(
-        default_factory=AdaptiveConfig, description="Tuning of the adaptive vision policies."
+    vision: VisionConfig = Field(
+        default_factory=VisionConfig,
+        description="Change detection, OCR and the resolution policy (`vision.policy`).",
     )
     asr_config: AsrConfig = Field(default_factory=AsrConfig)
     lm: LMStageConfig | None = Field(
@@ -122,7 +106,7 @@ def _cpu_s() -> float:
 
 def share_cores(config: StreamfuseConfig, n_streams: int) -> tuple[VisionConfig, AsrConfig]:
     """Cap each stream's model threads at its share of the cores (and resolve the OCR
-    precision `auto`: INT8 when several streams share them, FP32 for one).
+    precision `auto` for the job's stream count: `OcrConfig.resolve_precision`).
 
     Every stream has its own OCR and ASR sessions; with more streams than cores, per-session
     thread pools larger than the share only oversubscribe the CPU (threads preempt each other
@@ -130,9 +114,10 @@ def share_cores(config: StreamfuseConfig, n_streams: int) -> tuple[VisionConfig,
     """
     share = max(1, (os.cpu_count() or 1) // max(1, n_streams))
     ocr = config.vision.ocr
-    update: dict[str, object] = {"intra_op_threads": min(ocr.intra_op_threads, share)}
-    if ocr.precision == "auto":
-        update["precision"] = "int8" if n_streams > 1 else "fp32"
+    update: dict[str, object] = {
+        "intra_op_threads": min(ocr.intra_op_threads, share),
+        "precision": ocr.resolve_precision(n_streams),
+    }
     vision = config.vision.model_copy(update={"ocr": ocr.model_copy(update=update)})
     asr = config.asr_config.model_copy(
         update={"cpu_threads": min(config.asr_config.cpu_threads, share)}
@@ -150,7 +135,7 @@ async def build_pipeline(
     ocr_stages: dict[str, OcrStage] = {}
     policies: dict[str, ResolutionPolicy] = {}
     signals: QosSignals | None = None
-    if config.ocr and config.vision_policy != "fixed":
+    if config.ocr and not isinstance(config.vision.policy, FixedPolicy):
         # ASR latency and lost key frames reach the vision policies by observing the pipeline.
         signals = QosSignals()
         pipeline.observe(signals)
@@ -185,15 +170,9 @@ async def build_pipeline(
         branch_ends: list[Stage] = []
         if config.ocr and source.has_video:
             change = ChangeDetector(vision_config, name=f"change:{stream_id}")
-            vision_policy: ResolutionPolicy | None = None
-            if config.vision_policy != "fixed":
-                vision_policy = AdaptiveResolution.from_config(
-                    config.adaptive,
-                    kind=config.vision_policy,
-                    budget_s=config.ocr_budget_s,
-                    realtime=config.realtime,
-                    signals=signals,
-                )
+            vision_policy = make_policy(
+                vision_config.policy, realtime=config.realtime, signals=signals
+            )
             ocr = OcrStage(vision_config, policy=vision_policy, name=f"ocr:{stream_id}")
             if ocr_pool is not None:
                 ocr.share_executor(ocr_pool)

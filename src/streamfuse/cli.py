@@ -31,6 +31,8 @@ err = Console(stderr=True)
 
 
 class VisionPolicyChoice(StrEnum):
+    """`vision.policy.kind` (`streamfuse.vision.config.PolicyKind`)."""
+
     fixed = "fixed"
     dynamic = "dynamic"
     article = "article"
@@ -126,13 +128,17 @@ def run(
         VisionPolicyChoice | None,
         typer.Option(
             "--vision-policy",
-            help="OCR resolution policy: fixed, dynamic (latency-budget feedback, changed-region "
-            "ROI) or article (F15 rule). Default: the configuration's.",
+            help="OCR resolution policy (vision.policy.kind): fixed, dynamic (default: "
+            "latency-budget feedback, changed-region ROI) or article (F15 rule).",
         ),
     ] = None,
     ocr_budget_s: Annotated[
         float | None,
-        typer.Option("--ocr-budget-s", help="OCR latency budget in seconds (default 1.0)."),
+        typer.Option(
+            "--ocr-budget-s",
+            help="OCR latency budget in seconds of the dynamic policy "
+            "(vision.policy.controller.budget_s, default 1.0).",
+        ),
     ] = None,
     ocr_precision: Annotated[
         OcrPrecisionChoice | None,
@@ -170,6 +176,30 @@ def run(
     raise typer.Exit(code)
 
 
+def _vision_options(
+    vision_policy: str | None, ocr_budget_s: float | None, ocr_precision: str | None
+) -> dict[str, Any]:
+    """The `vision` part of the job config for the vision options given (empty: defaults).
+
+    `--vision-policy` is `vision.policy.kind`; `--ocr-budget-s` is the dynamic policy's
+    `vision.policy.controller.budget_s` (no other policy has a budget).
+    """
+    from streamfuse.vision.config import VisionConfig
+
+    kind = vision_policy or VisionConfig().policy.kind
+    if ocr_budget_s is not None and kind != "dynamic":
+        raise _fail(f"--ocr-budget-s applies to --vision-policy dynamic, not {kind}")
+    vision: dict[str, Any] = {}
+    if vision_policy is not None or ocr_budget_s is not None:
+        policy: dict[str, Any] = {"kind": kind}
+        if ocr_budget_s is not None:
+            policy["controller"] = {"budget_s": ocr_budget_s}
+        vision["policy"] = policy
+    if ocr_precision is not None:
+        vision["ocr"] = {"precision": ocr_precision}
+    return vision
+
+
 def _run_main(
     inputs: list[str],
     realtime: bool,
@@ -193,12 +223,9 @@ def _run_main(
         raise _fail("both --no-ocr and --no-asr: nothing to do")
     try:
         extra: dict[str, Any] = {}
-        if vision_policy is not None:
-            extra["vision_policy"] = vision_policy
-        if ocr_budget_s is not None:
-            extra["ocr_budget_s"] = ocr_budget_s
-        if ocr_precision is not None:
-            extra["vision"] = {"ocr": {"precision": ocr_precision}}
+        vision = _vision_options(vision_policy, ocr_budget_s, ocr_precision)
+        if vision:
+            extra["vision"] = vision
         if ask is not None:
             extra["lm"] = {"ask": ask}
         config = StreamfuseConfig(

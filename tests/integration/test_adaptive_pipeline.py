@@ -14,8 +14,8 @@ import pytest
 from rapidfuzz.distance import Levenshtein
 
 from streamfuse.app import StreamfuseConfig, build_pipeline
-from streamfuse.qos.adaptive import AdaptiveResolution
 from streamfuse.sinks import CollectSink
+from streamfuse.vision.adaptive import AdaptiveResolution
 
 pytestmark = pytest.mark.integration
 
@@ -52,7 +52,9 @@ def test_dynamic_policy_reads_every_slide(assets: Path, tmp_path: Path) -> None:
 
 def test_job_builds_one_adaptive_policy_per_stream(assets: Path) -> None:
     clip = assets / "test" / "short.mp4"
-    config = StreamfuseConfig(asr=False, vision_policy="dynamic", ocr_budget_s=0.5)
+    config = StreamfuseConfig(
+        asr=False, vision={"policy": {"kind": "dynamic", "controller": {"budget_s": 0.5}}}
+    )
     sink = CollectSink()
     job = asyncio.run(build_pipeline([str(clip), str(clip)], config, [sink]))
     try:
@@ -67,7 +69,9 @@ def test_job_builds_one_adaptive_policy_per_stream(assets: Path) -> None:
         for source in job.sources:
             asyncio.run(source.close())
     fixed = asyncio.run(
-        build_pipeline([str(clip)], StreamfuseConfig(asr=False, vision_policy="fixed"), [sink])
+        build_pipeline(
+            [str(clip)], StreamfuseConfig(asr=False, vision={"policy": {"kind": "fixed"}}), [sink]
+        )
     )
     assert fixed.signals is None
     assert not isinstance(fixed.policies["short"], AdaptiveResolution)

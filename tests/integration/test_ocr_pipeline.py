@@ -15,7 +15,7 @@ from rapidfuzz.distance import Levenshtein
 from streamfuse.pipeline import OverloadPolicy, Pipeline
 from streamfuse.sinks import CollectSink
 from streamfuse.sources.media import MediaSource
-from streamfuse.vision import ChangeDetector, OcrStage, VisionConfig
+from streamfuse.vision import ChangeDetector, FixedPolicy, OcrStage, VisionConfig
 
 pytestmark = pytest.mark.integration
 
@@ -27,7 +27,7 @@ def collapse(text: str) -> str:
 
 
 def run_vision(clip: Path, *, realtime: bool, policy: OverloadPolicy) -> CollectSink:
-    cfg = VisionConfig()
+    cfg = VisionConfig(policy=FixedPolicy())
     source = MediaSource(clip, audio=False, realtime=realtime)
     change, ocr, sink = ChangeDetector(cfg), OcrStage(cfg), CollectSink()
     pipe = (

@@ -15,6 +15,7 @@ from streamfuse.pipeline import OverloadPolicy, Pipeline
 from streamfuse.pipeline.source import Source
 from streamfuse.sinks import CollectSink
 from streamfuse.vision import (
+    FixedPolicy,
     FixedResolution,
     KeyFrame,
     OcrConfig,
@@ -324,7 +325,7 @@ def test_engine_failure_becomes_an_error_event_and_the_stage_goes_on() -> None:
 
 
 def test_stage_accepts_the_vision_config() -> None:
-    cfg = VisionConfig(ocr=OcrConfig(det_max_side_px=640, min_conf=0.7))
+    cfg = VisionConfig(ocr=OcrConfig(min_conf=0.7), policy=FixedPolicy(det_max_side_px=640))
     stage = OcrStage(cfg, engine=ScriptedEngine([]))
     assert stage.config.min_conf == 0.7
     assert stage.policy.plan(key(0, 0.0)).det_max_side_px == 640
@@ -337,3 +338,30 @@ def test_plan_validation() -> None:
         OcrPlan(det_max_side_px=8)
     with pytest.raises(ConfigError):
         OcrPlan(roi=(10, 10, 5, 20))
+
+
+def test_auto_precision_is_one_rule_for_the_stage_and_the_app() -> None:
+    from streamfuse.app import StreamfuseConfig, share_cores
+    from streamfuse.vision.ocr import RapidOcrEngine
+
+    auto = OcrConfig()
+    assert auto.resolve_precision(1) == "fp32" and auto.resolve_precision(4) == "int8"
+    assert OcrConfig(precision="int8").resolve_precision(1) == "int8"
+    assert OcrConfig(precision="fp32").resolve_precision(4) == "fp32"
+    # A stage built on its own reads one stream: the FP32 a single-stream job of the app loads
+    # (it used to mean INT8 in the library and FP32 in the app).
+    assert RapidOcrEngine(auto).precision == "fp32"
+    assert RapidOcrEngine(auto, streams=3).precision == "int8"
+    for n in (1, 4):
+        resolved = share_cores(StreamfuseConfig(), n)[0].ocr
+        assert RapidOcrEngine(resolved).precision == RapidOcrEngine(auto, streams=n).precision
+
+
+def test_detector_size_follows_rapidocr_rounding() -> None:
+    from streamfuse.vision.ocr import _det_size
+
+    # rapidocr rounds each side with Python's round(), ties to even: 752 / 32 = 23.5 -> 24
+    # (768) but 400 / 32 = 12.5 -> 12 (384).
+    assert _det_size(752, 400, 960) == (768, 384)
+    assert _det_size(1280, 720, 960) == (960, 544)
+    assert _det_size(3, 2, 960) == (32, 32)
