@@ -3,7 +3,7 @@
 Loads the INT8 ONNX model shipped next to this module (or any model + metadata pair) with
 onnxruntime on one thread; `predict(frame)` costs about a millisecond on a laptop-class CPU core
 (thumbnail included), far below one OCR read. The class is a rung of the ladder in the
-metadata; the decision rule (see `streamfuse.vision.reshead.train.pick_rungs`) picks the
+metadata; the decision rule (see `tools.reshead.train.pick_rungs`) picks the
 smallest rung whose predicted probability of reading correctly is at least `tau`.
 
 The model was trained on 16:9 frames labelled at 1920x1080: the rung it names is an absolute

@@ -27,8 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from streamfuse.qos.ladder import Ladder
-from streamfuse.vision.reshead.model import ResHeadNet, fold_batchnorm
 from streamfuse.vision.reshead.preprocess import BLOCK, model_input, standardize
+from tools.reshead.model import ResHeadNet, fold_batchnorm
 
 log = logging.getLogger(__name__)
 
@@ -223,7 +223,7 @@ def quantize(
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    from streamfuse.vision.onnx_quant import calibration_reader
+    from tools.onnx_quant import calibration_reader
 
     x = model_input(calib_thumbs)
     prep = out_path.with_suffix(".prep.onnx")
