@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "assets" / "demo" / "lecture.mp4"
+DEMO = ROOT / "src" / "streamfuse" / "assets" / "demo" / "lecture.mp4"  # package data
 SHORT = ROOT / "assets" / "test" / "short.mp4"
 
 log = logging.getLogger("bench.resolution")

@@ -44,7 +44,10 @@ ROOT = Path(__file__).resolve().parents[1]
 # The shared quantization and slide-rendering code lives in the checkout's `tools/` package.
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "src" / "streamfuse" / "vision" / "ocr_int8"
-CLIPS = (ROOT / "assets" / "demo" / "lecture.mp4", ROOT / "assets" / "test" / "short.mp4")
+CLIPS = (
+    ROOT / "src" / "streamfuse" / "assets" / "demo" / "lecture.mp4",
+    ROOT / "assets" / "test" / "short.mp4",
+)
 DET_SIDES = (640, 960, 1280)
 
 log = logging.getLogger("quantize_ocr")

@@ -1,4 +1,5 @@
-"""The committed demo/test clips match their ground truth and the truth JSON contract.
+"""The committed demo/test clips match their ground truth and the truth JSON contract; the demo
+clip ships as package data and resolves through importlib.resources.
 
 Reads container metadata only (no full decode), so it runs in well under a second. The clips
 and truth files are produced by scripts/make_demo_clip.py.
@@ -7,16 +8,22 @@ and truth files are produced by scripts/make_demo_clip.py.
 from __future__ import annotations
 
 import json
+import tomllib
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
 import av
 import pytest
 
+import streamfuse
+from streamfuse.assets import demo_dir, demo_files
+
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
-CLIPS = [ROOT / "assets" / "demo" / "lecture", ROOT / "assets" / "test" / "short"]
+PACKAGE = Path(streamfuse.__file__).resolve().parent
+CLIPS = [PACKAGE / "assets" / "demo" / "lecture", ROOT / "assets" / "test" / "short"]
 DURATION_TOLERANCE_S = 0.2
 
 
@@ -87,3 +94,27 @@ def test_demo_and_short_presets_have_expected_size() -> None:
     assert 6 <= len(demo["ocr"]) <= 9
     assert 10.0 <= short["duration_s"] <= 14.0
     assert 2 <= len(short["ocr"]) <= 3 and 2 <= len(short["asr"]) <= 3
+
+
+def test_demo_files_resolve_inside_the_package() -> None:
+    # Not via the repository root: a non-editable install has no checkout around it.
+    assert demo_dir().joinpath("lecture.mp4").is_file()
+    with demo_files() as files:
+        assert files.clip.is_file() and files.truth.is_file()
+        assert PACKAGE in files.clip.resolve().parents
+        assert json.loads(files.truth.read_text())["ocr"]
+
+
+def test_package_data_globs_ship_every_data_file() -> None:
+    """Every non-Python file in the package (demo clip, models, kernels) matches a package-data
+    pattern of pyproject.toml, so `pip install .` copies it into the wheel."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    patterns = config["tool"]["setuptools"]["package-data"]["streamfuse"]
+    data = [
+        p.relative_to(PACKAGE).as_posix()
+        for p in PACKAGE.rglob("*")
+        if p.is_file() and p.suffix not in {".py", ".pyc"} and "__pycache__" not in p.parts
+    ]
+    assert "assets/demo/lecture.mp4" in data
+    unshipped = [f for f in data if not any(fnmatch(f, pat) for pat in patterns)]
+    assert unshipped == []
