@@ -748,7 +748,9 @@ def build(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="demo")
-    parser.add_argument("--out", type=Path, default=Path("src/streamfuse/assets/demo"), help="output folder")
+    parser.add_argument(
+        "--out", type=Path, default=Path("src/streamfuse/assets/demo"), help="output folder"
+    )
     parser.add_argument("--name", help="file stem (default: lecture for demo, short for short)")
     parser.add_argument("--seed", type=int, default=3, help="noise seed")
     parser.add_argument("--snr-db", type=float, default=28.0, help="speech-to-noise ratio")
