@@ -166,8 +166,7 @@ def quantize(src: Path, dst: Path, inputs: list[dict[str, np.ndarray]]) -> None:
 def evaluate(n_slides: int, seed: int) -> dict[str, Any]:
     """CER of FP32 and INT8 against the drawn text of held-out slides (clean, and degraded by
     noise / blur / downscaling), and OCR CPU time per read."""
-    from rapidfuzz.distance import Levenshtein
-
+    from streamfuse.text import char_errors
     from streamfuse.vision.config import OcrConfig
     from streamfuse.vision.ocr import RapidOcrEngine
     from tools.reshead.synth import make_slide
@@ -192,10 +191,10 @@ def evaluate(n_slides: int, seed: int) -> dict[str, Any]:
                 t0 = time.thread_time()
                 reading = engine.read(image, 960)
                 cpu += time.thread_time() - t0
-                got = " ".join(" ".join(line.text for line in reading.lines).split())
-                want = " ".join(text.split())
-                errors += Levenshtein.distance(got, want)
-                chars += len(want)
+                got = " ".join(line.text for line in reading.lines)
+                n_edits, n_chars = char_errors(text, got)
+                errors += n_edits
+                chars += n_chars
             res[f"cer_{name}"] = round(errors / max(1, chars), 4)
             res[f"cpu_s_per_read_{name}"] = round(cpu / len(items), 3)
         out[precision] = res

@@ -49,12 +49,16 @@ class VideoFrame(Frame):
         return int(self.image.shape[1]), int(self.image.shape[0])
 
 
+#: The rate of every audio frame in a pipeline: sources resample to it, VAD and ASR require it.
+AUDIO_SAMPLE_RATE_HZ = 16_000
+
+
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class AudioFrame(Frame):
     """A window of mono float32 samples in [-1, 1] (20 ms at 16 kHz by default)."""
 
     samples: np.ndarray
-    sample_rate: int = 16_000
+    sample_rate: int = AUDIO_SAMPLE_RATE_HZ
     index: int = 0
 
     @property

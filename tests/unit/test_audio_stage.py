@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 from streamfuse.audio import AsrConfig, AsrStage, Transcriber, Word
-from streamfuse.frames import AudioFrame, EventFrame
+from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, AudioFrame, EventFrame
 
 pytestmark = pytest.mark.unit
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "test"
-SR = 16_000
+SR = AUDIO_SAMPLE_RATE_HZ
 
 
 def _truth_words() -> list[tuple[str, float, float]]:

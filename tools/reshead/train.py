@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from streamfuse.models import ort_session_options
 from streamfuse.qos.ladder import Ladder
 from streamfuse.vision.reshead.preprocess import BLOCK, model_input, standardize
 from tools.reshead.model import ResHeadNet, fold_batchnorm
@@ -196,11 +197,7 @@ def export_onnx(model: ResHeadNet, path: Path, input_hw: tuple[int, int]) -> lis
 def ort_session(path: Path, threads: int = 1) -> Any:
     import onnxruntime as ort
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts = ort_session_options(intra_op_threads=threads)
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from streamfuse.errors import ModelError
+from streamfuse.models import ort_session_options
 from streamfuse.qos.ladder import Ladder, Rung
 from streamfuse.vision.reshead.preprocess import to_input
 
@@ -57,10 +58,7 @@ class ResolutionHead:
             import onnxruntime as ort
 
             meta = json.loads(Path(metadata_path).read_text())
-            opts = ort.SessionOptions()
-            opts.intra_op_num_threads = threads
-            opts.inter_op_num_threads = 1
-            opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            opts = ort_session_options(intra_op_threads=threads)
             self._session: Any = ort.InferenceSession(
                 str(model_path), opts, providers=["CPUExecutionProvider"]
             )
