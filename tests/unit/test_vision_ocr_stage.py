@@ -14,6 +14,7 @@ from streamfuse.frames import EventFrame, Frame
 from streamfuse.pipeline import OverloadPolicy, Pipeline
 from streamfuse.pipeline.source import Source
 from streamfuse.sinks import CollectSink
+from streamfuse.testing import run_stage
 from streamfuse.vision import (
     FixedResolution,
     KeyFrame,
@@ -173,15 +174,10 @@ def key(i: int, t: float, *, w: int = 1280, h: int = 720) -> KeyFrame:
     )
 
 
-async def run_stage(stage: OcrStage, keys: list[KeyFrame]) -> list[EventFrame]:
-    await stage.setup()
-    out: list[EventFrame] = []
-    for k in keys:
-        async for f in stage.process(k):
-            assert isinstance(f, EventFrame)
-            out.append(f)
-    stage._shutdown_executor()
-    return out
+async def read_keys(stage: OcrStage, keys: list[KeyFrame]) -> list[EventFrame]:
+    out = await run_stage(stage, keys)
+    assert all(isinstance(f, EventFrame) for f in out), out
+    return [f for f in out if isinstance(f, EventFrame)]
 
 
 def test_stage_emits_one_event_per_distinct_text_state() -> None:
@@ -190,7 +186,7 @@ def test_stage_emits_one_event_per_distinct_text_state() -> None:
     slide_b = [line("Title B", 100, 50, 600, 110)]
     engine = ScriptedEngine([slide_a, slide_a_noisy, slide_b, []])
     stage = OcrStage(engine=engine)
-    events = asyncio.run(run_stage(stage, [key(0, 0.0), key(30, 1.0), key(60, 2.0), key(90, 3.0)]))
+    events = asyncio.run(read_keys(stage, [key(0, 0.0), key(30, 1.0), key(60, 2.0), key(90, 3.0)]))
     assert engine.loaded
     assert [e.payload.fields()["text"] for e in events] == ["Title A\nfirst point", "Title B", ""]
     first = events[0]
@@ -237,7 +233,7 @@ def test_policy_chooses_resolution_and_roi_and_sees_feedback() -> None:
     k0 = key(0, 0.0)
     k0 = KeyFrame(**{**_fields(k0), "reason": "first"})
     k1 = KeyFrame(**{**_fields(key(30, 1.0)), "changed_bbox": (80, 380, 700, 460)})
-    events = asyncio.run(run_stage(stage, [k0, k1]))
+    events = asyncio.run(read_keys(stage, [k0, k1]))
     # 320 px for the 1280-px frame is a 1/4 scale: the 620x80 ROI is detected at 155 px.
     assert [c.det_max_side_px for c in engine.calls] == [640, 155]
     assert engine.calls[1].shape == (80, 620, 3)  # only the ROI was read
@@ -259,7 +255,7 @@ def test_content_crop_reads_only_the_content_and_drops_nothing_outside() -> None
     # nothing can be there any more, so it is not carried over.
     stage._streams["main"] = _StreamText(lines=[line("old text", 900, 600, 1200, 650)])
     k1 = KeyFrame(**{**_fields(key(30, 1.0)), "content_bbox": (100, 200, 740, 440)})
-    events = asyncio.run(run_stage(stage, [k1]))
+    events = asyncio.run(read_keys(stage, [k1]))
     assert engine.calls[0].shape == (240, 640, 3)
     assert engine.calls[0].det_max_side_px == 480  # the frame's 0.75 scale applied to 640 px
     assert [ln["text"] for ln in events[0].payload.fields()["lines"]] == ["Only text"]
