@@ -1,25 +1,21 @@
 """Typed messages that travel between stages.
 
 Every frame carries `t_media` (seconds on the stream's media clock, where the content starts) and
-`arrival_wall` (`time.monotonic()` when the input it derives from was released by the source).
+`arrival_wall` (`now_wall()`, monotonic seconds, when the input it derives from was released by
+the source).
 Data frames may be dropped by an overload policy; `SystemFrame`s (end of stream, errors) never are.
 """
 
 from __future__ import annotations
 
 import itertools
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from streamfuse.clock import now_wall
 from streamfuse.events import ErrorPayload, EventType, Payload
-
-
-def now_wall() -> float:
-    """The wall clock all `arrival_wall` values use (monotonic seconds)."""
-    return time.monotonic()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)

@@ -3,6 +3,7 @@ run over given frames (`run_stage`), and a virtual clock for timing without wait
 
 from __future__ import annotations
 
+from streamfuse.testing.clock import VirtualTimeLoop, run_virtual
 from streamfuse.testing.stage import run_stage
 
-__all__ = ["run_stage"]
+__all__ = ["VirtualTimeLoop", "run_stage", "run_virtual"]
