@@ -118,3 +118,24 @@ def test_package_data_globs_ship_every_data_file() -> None:
     assert "assets/demo/lecture.mp4" in data
     unshipped = [f for f in data if not any(fnmatch(f, pat) for pat in patterns)]
     assert unshipped == []
+
+
+def test_demo_command_plays_the_clip_shipped_in_the_package(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Not a path relative to the source checkout (gone after `pip install .`)."""
+    from typer.testing import CliRunner
+
+    from streamfuse import cli
+
+    played: list[list[str]] = []
+
+    def fake_run_main(inputs: list[str], *args: Any, **kwargs: Any) -> int:
+        played.append(inputs)
+        return 1  # stop before scoring: only the input path matters here
+
+    monkeypatch.setattr(cli, "_run_main", fake_run_main)
+    result = CliRunner().invoke(cli.app, ["demo", "--no-realtime", "--out", str(tmp_path / "e")])
+    assert result.exit_code == 1, result.output
+    (clip,) = played[0]
+    assert Path(clip).is_file() and PACKAGE in Path(clip).resolve().parents
