@@ -23,8 +23,8 @@ test: $(STAMP)
 	$(PY) -m pytest -m "not slow" -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks scripts
-	$(VENV)/bin/ruff format --check src tests benchmarks scripts
+	$(VENV)/bin/ruff check src tests benchmarks scripts tools
+	$(VENV)/bin/ruff format --check src tests benchmarks scripts tools
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-logo
 

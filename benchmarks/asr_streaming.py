@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_INPUT = ROOT / "assets" / "demo" / "lecture.mp4"
+DEFAULT_INPUT = ROOT / "src" / "streamfuse" / "assets" / "demo" / "lecture.mp4"  # package data
 
 
 def _cpu_s() -> float:
@@ -62,6 +62,7 @@ async def streaming(path: Path, config: Any, realtime: bool) -> dict[str, Any]:
     from streamfuse.pipeline import FrameEmitted, Observer, Pipeline
     from streamfuse.sinks import CollectSink
     from streamfuse.sources.media import MediaSource
+    from streamfuse.stats import percentiles
 
     source = MediaSource(path, realtime=realtime, video=False)
     stage = AsrStage(config)
@@ -83,15 +84,16 @@ async def streaming(path: Path, config: Any, realtime: bool) -> dict[str, Any]:
     wall = time.perf_counter() - t0
     asr = sink.of_type(EventType.ASR)
     errors = sink.of_type(EventType.ERROR)
-    latencies = np.array([r["latency_ms"] / 1000.0 for r in asr]) if asr else np.zeros(1)
+    latencies = [r["latency_ms"] / 1000.0 for r in asr] or [0.0]
+    q = percentiles(latencies)
     return {
         "text": " ".join(r["text"] for r in asr),
         "events": len(asr),
         "partials": len(sink.of_type(EventType.ASR_PARTIAL)),
         "errors": [e["message"] for e in errors],
-        "latency_p50_s": float(np.percentile(latencies, 50)),
-        "latency_p95_s": float(np.percentile(latencies, 95)),
-        "latency_max_s": float(latencies.max()),
+        "latency_p50_s": q["p50"],
+        "latency_p95_s": q["p95"],
+        "latency_max_s": max(latencies),
         "wall_s": wall,
         "cpu_s": _cpu_s() - cpu0,
         "audio_s": stage.audio_s,
@@ -132,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     from faster_whisper import decode_audio
 
     from streamfuse.audio import AsrConfig
-    from streamfuse.audio.wer import wer
+    from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ
+    from streamfuse.text import wer
 
     overrides: dict[str, Any] = {"model": args.model}
     if args.beam_size is not None:
@@ -148,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     config = AsrConfig(**overrides)
     truth_path = args.truth or args.input.with_name(args.input.stem + ".truth.json")
     ref = _truth_text(truth_path)
-    audio = decode_audio(str(args.input), sampling_rate=16_000)
-    duration = len(audio) / 16_000
+    audio = decode_audio(str(args.input), sampling_rate=AUDIO_SAMPLE_RATE_HZ)
+    duration = len(audio) / AUDIO_SAMPLE_RATE_HZ
 
     off = offline(audio, config)
     st = asyncio.run(streaming(args.input, config, args.realtime))

@@ -43,8 +43,10 @@ from typing import Any
 
 import numpy as np
 
+from streamfuse.stats import percentiles
+
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "assets" / "demo" / "lecture.mp4"
+DEMO = ROOT / "src" / "streamfuse" / "assets" / "demo" / "lecture.mp4"  # package data
 SHORT = ROOT / "assets" / "test" / "short.mp4"
 
 log = logging.getLogger("bench.resolution")
@@ -444,12 +446,13 @@ def multi_stream(
             _cer(truths[int(sid.split(":", 1)[0])], r["records"], sid)
             for sid in sorted(r["frames"])
         ]
+        q = percentiles(lat) if lat.size else {}
         res: dict[str, Any] = {
             "ocr_events": int(lat.size),
-            "latency_p50_s": round(float(np.percentile(lat, 50)), 3) if lat.size else None,
-            "latency_p95_s": round(float(np.percentile(lat, 95)), 3) if lat.size else None,
+            "latency_p50_s": round(q["p50"], 3) if q else None,
+            "latency_p95_s": round(q["p95"], 3) if q else None,
             "latency_max_s": round(float(lat.max()), 3) if lat.size else None,
-            "within_budget": bool(lat.size and np.percentile(lat, 95) <= budget_s),
+            "within_budget": bool(q and q["p95"] <= budget_s),
             "cer_mean": round(float(np.mean([c for c in cers if c is not None])), 4)
             if any(c is not None for c in cers)
             else None,

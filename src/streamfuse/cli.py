@@ -46,9 +46,6 @@ class OcrPrecisionChoice(StrEnum):
 
 out = Console()
 
-REPO_ASSETS = Path(__file__).resolve().parents[2] / "assets"
-DEMO_CLIP = REPO_ASSETS / "demo" / "lecture.mp4"
-DEMO_TRUTH = REPO_ASSETS / "demo" / "lecture.truth.json"
 # Gemma 3 270M is a base model, not a chat model: answers are rough. Of the prompts tried on the
 # demo clip this one gave the most useful notes.
 DEMO_NOTES_PROMPT = "What did the speaker just say, in a few words?"
@@ -268,21 +265,24 @@ def demo(
     ] = False,
 ) -> None:
     """Run the bundled lecture clip live, then score it against its ground truth."""
+    from streamfuse.assets import demo_files
+
     _setup_logging(False)
-    if not DEMO_CLIP.exists():
-        raise _fail(f"bundled demo clip not found at {DEMO_CLIP}")
-    code = _run_main(
-        [str(DEMO_CLIP)],
-        realtime,
-        out_path,
-        asr_model,
-        True,
-        True,
-        live,
-        ask=DEMO_NOTES_PROMPT if notes else None,
-    )
-    if code == 0:
-        _print_scores(_score(DEMO_TRUTH, out_path))
+    with demo_files() as files:
+        if not files.clip.is_file():
+            raise _fail(f"bundled demo clip not found at {files.clip}")
+        code = _run_main(
+            [str(files.clip)],
+            realtime,
+            out_path,
+            asr_model,
+            True,
+            True,
+            live,
+            ask=DEMO_NOTES_PROMPT if notes else None,
+        )
+        if code == 0:
+            _print_scores(_score(files.truth, out_path))
     raise typer.Exit(code)
 
 

@@ -15,17 +15,15 @@
 from __future__ import annotations
 
 import json
-import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import jiwer
-import numpy as np
 from pydantic import BaseModel, Field, ValidationError, model_validator
-from rapidfuzz.distance import Levenshtein
 
 from streamfuse.errors import EvalError
+from streamfuse.stats import percentiles
+from streamfuse.text import char_errors, collapse_whitespace, normalize_english, wer
 
 
 class TruthSlide(BaseModel):
@@ -89,43 +87,34 @@ def load_events(path: str | Path) -> list[dict[str, Any]]:
     return events
 
 
-def collapse(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip()
-
-
 def ocr_cer(truth: Truth, events: list[dict[str, Any]]) -> dict[str, Any]:
     ocr = sorted((e for e in events if e["type"] == "ocr"), key=lambda e: e["t_start"])
     edits = 0
     chars = 0
     per_slide = []
     for slide in truth.ocr:
-        ref = collapse(" ".join(slide.lines))
         inside = [e for e in ocr if slide.t_start <= e["t_start"] < slide.t_end]
-        hyp = collapse(" ".join(ln["text"] for ln in inside[-1]["lines"])) if inside else ""
-        n_edits = Levenshtein.distance(ref, hyp)
+        read = inside[-1]["lines"] if inside else []
+        hyp = collapse_whitespace(" ".join(ln["text"] for ln in read))
+        n_edits, n_chars = char_errors(" ".join(slide.lines), hyp)
         edits += n_edits
-        chars += len(ref)
-        per_slide.append({"t_start": slide.t_start, "cer": n_edits / max(1, len(ref)), "hyp": hyp})
+        chars += n_chars
+        per_slide.append({"t_start": slide.t_start, "cer": n_edits / max(1, n_chars), "hyp": hyp})
     return {"ocr_cer": edits / chars if chars else None, "ocr_slides": per_slide}
 
 
 def asr_wer(truth: Truth, events: list[dict[str, Any]]) -> dict[str, Any]:
-    from streamfuse.audio.wer import normalize_text
-
-    ref = normalize_text(" ".join(u.text for u in truth.asr))
-    hyp = normalize_text(" ".join(e.get("text", "") for e in events if e["type"] == "asr"))
+    ref = normalize_english(" ".join(u.text for u in truth.asr))
+    hyp = normalize_english(" ".join(e.get("text", "") for e in events if e["type"] == "asr"))
     if not ref:
         return {"asr_wer": None}
-    return {"asr_wer": jiwer.wer(ref, hyp) if hyp else 1.0, "asr_hyp": hyp}
+    return {"asr_wer": wer(ref, hyp, normalize=False), "asr_hyp": hyp}
 
 
 def _quantiles(values: list[float]) -> dict[str, float]:
-    arr = np.asarray(values, dtype=float)
-    return {
-        "p50": round(float(np.percentile(arr, 50)), 1),
-        "p95": round(float(np.percentile(arr, 95)), 1),
-        "n": int(arr.size),
-    }
+    """p50 / p95 rounded to 0.1 ms, and the sample size (never called with no values)."""
+    q = {k: round(v, 1) for k, v in percentiles(values).items()}
+    return {**q, "n": len(values)}
 
 
 def latency(events: list[dict[str, Any]]) -> dict[str, dict[str, float]]:

@@ -12,6 +12,8 @@ import pytest
 
 from streamfuse.vision.ocr import INT8_DIR, int8_model_paths
 
+pytestmark = pytest.mark.unit
+
 
 def fake_rapid(det_path: Path, rec_path: Path) -> SimpleNamespace:
     def model(path: Path) -> SimpleNamespace:

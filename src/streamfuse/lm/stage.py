@@ -31,6 +31,7 @@ from streamfuse.frames import EventFrame, Frame, TextFrame
 from streamfuse.lm.config import LMConfig
 from streamfuse.lm.engine import LMEngine, Request, RequestHandle
 from streamfuse.pipeline.stage import Stage
+from streamfuse.text import collapse_whitespace
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,7 @@ class LMStage(Stage):
     def _add_context(self, ev: EventFrame, st: _StreamState) -> bool:
         """Append an event to the stream's session; returns True if it is a new slide."""
         assert self.engine is not None and self.tokenizer is not None
-        text = " ".join(str(ev.payload.fields().get("text", "")).split())
+        text = collapse_whitespace(str(ev.payload.fields().get("text", "")))
         if not text:
             return False
         is_slide = ev.type == "ocr"

@@ -35,11 +35,12 @@ from streamfuse.errors import ConfigError, ModelError
 from streamfuse.events import OcrLine as OcrLineRecord
 from streamfuse.events import OcrPayload
 from streamfuse.frames import EventFrame, Frame, now_wall
-from streamfuse.models import file_sha256
+from streamfuse.models import file_sha256, ort_session_options
 from streamfuse.pipeline.queues import OverloadPolicy
 from streamfuse.pipeline.stage import Stage
 from streamfuse.qos.ladder import align_px
 from streamfuse.telemetry.metrics import instruments
+from streamfuse.text import collapse_whitespace
 from streamfuse.vision.config import FixedPolicy, OcrConfig, VisionConfig
 from streamfuse.vision.frames import BBox, KeyFrame, clamp_box, clip_box
 from streamfuse.vision.layout import reading_order
@@ -162,7 +163,7 @@ class RapidOcrEngine(OcrEngine):
     def _rebuild_sessions(self, paths: dict[str, Path]) -> None:
         """Swap rapidocr's detector/recognizer sessions for ours: `paths` replaces a model
         ("det", "rec"), and our session options apply (rapidocr exposes no session config)."""
-        from onnxruntime import GraphOptimizationLevel, InferenceSession, SessionOptions
+        from onnxruntime import InferenceSession
 
         c = self.config
         for name, model in (("det", self._engine.text_det), ("rec", self._engine.text_rec)):
@@ -172,15 +173,12 @@ class RapidOcrEngine(OcrEngine):
             if holder is None or sess is None or path is None:
                 log.warning("cannot set onnxruntime options for %s: unexpected rapidocr", model)
                 continue
-            opts = SessionOptions()
-            opts.log_severity_level = 4
-            opts.enable_cpu_mem_arena = False
-            opts.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
-            opts.intra_op_num_threads = c.intra_op_threads
-            opts.inter_op_num_threads = c.inter_op_threads
-            if not c.ort_allow_spinning:
-                opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+            opts = ort_session_options(
+                intra_op_threads=c.intra_op_threads,
+                inter_op_threads=c.inter_op_threads,
+                allow_spinning=c.ort_allow_spinning,
+                cpu_mem_arena=False,
+            )
             model_path = str(paths.get(name, path))
             try:
                 holder.session = InferenceSession(model_path, opts, providers=sess.get_providers())
@@ -260,13 +258,12 @@ def _warmup_image() -> np.ndarray:
 
 # -- text state ------------------------------------------------------------------------------
 
-_WS = re.compile(r"\s+")
 _DIGITS = re.compile(r"[^0-9]")
 
 
 def normalize_text(text: str) -> str:
     """Case-folded, whitespace collapsed: the form text states are compared in."""
-    return _WS.sub(" ", text).strip().casefold()
+    return collapse_whitespace(text).casefold()
 
 
 def same_text_state(
@@ -292,7 +289,7 @@ def clean_lines(lines: Sequence[OcrLine], config: OcrConfig) -> list[OcrLine]:
     """Drop junk: empty text, low confidence, specks, unsure one- or two-glyph lines."""
     out = []
     for line in lines:
-        text = _WS.sub(" ", line.text).strip()
+        text = collapse_whitespace(line.text)
         if not text or line.conf < config.min_conf:
             continue
         n_chars = len(text) - text.count(" ")
