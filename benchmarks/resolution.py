@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from streamfuse.events import EventType
 from streamfuse.stats import percentiles
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -200,11 +201,12 @@ def _cer(truth: Any, records: list[dict[str, Any]], stream_id: str | None = None
 
 
 def _latencies_s(records: list[dict[str, Any]]) -> np.ndarray:
-    return np.array([r["latency_ms"] / 1000.0 for r in records if r["type"] == "ocr"], float)
+    ocr = [r["latency_ms"] / 1000.0 for r in records if r["type"] == EventType.OCR]
+    return np.array(ocr, float)
 
 
 def _errors(records: list[dict[str, Any]]) -> list[str]:
-    return [str(r.get("message")) for r in records if r["type"] == "error"]
+    return [str(r.get("message")) for r in records if r["type"] == EventType.ERROR]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -392,7 +394,7 @@ def single_stream(
         cers = [_cer(truth, r["records"]) for r in rs]
         r = rs[0]
         st = next(iter(r["stats"].values()), None)
-        events = [x for x in r["records"] if x["type"] == "ocr"]
+        events = [x for x in r["records"] if x["type"] == EventType.OCR]
         areas = [
             (x["roi"][2] - x["roi"][0]) * (x["roi"][3] - x["roi"][1]) / float(w * h) for x in events
         ]
@@ -463,7 +465,7 @@ def multi_stream(
             "ocr_latencies_s": [
                 [x["stream_id"], x["t_start"], round(x["latency_ms"] / 1000.0, 3)]
                 for x in r["records"]
-                if x["type"] == "ocr"
+                if x["type"] == EventType.OCR
             ],
         }
         stats = r["stats"]
