@@ -8,7 +8,6 @@ every stream's events. Library users compose their own graphs with `Pipeline.lin
 from __future__ import annotations
 
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from streamfuse.audio import AsrConfig, AsrStage
 from streamfuse.errors import SourceError
 from streamfuse.events import EventRecord, StatsPayload
-from streamfuse.frames import ErrorFrame
+from streamfuse.frames import ErrorFrame, now_wall
 from streamfuse.lm.stage import LMStage, LMStageConfig
 from streamfuse.pipeline import OverloadPolicy, Pipeline, Stage
 from streamfuse.qos.signals import QosSignals
@@ -70,7 +69,7 @@ class Job:
     #: Worker pools shared by several stages (shut down when the job ends).
     executors: list[ThreadPoolExecutor] = field(default_factory=list)
     cpu_start_s: float = field(default_factory=lambda: _cpu_s())
-    wall_start_s: float = field(default_factory=time.monotonic)
+    wall_start_s: float = field(default_factory=now_wall)
 
     def summary(self) -> dict[str, Any]:
         """The final `stats` record of the run."""
@@ -95,8 +94,8 @@ class Job:
     def _streaming_s(self) -> float:
         p = self.pipeline
         if p.started_wall is not None:
-            return (p.finished_wall or time.monotonic()) - p.started_wall
-        return time.monotonic() - self.wall_start_s
+            return (p.finished_wall or now_wall()) - p.started_wall
+        return now_wall() - self.wall_start_s
 
 
 def _cpu_s() -> float:
@@ -226,7 +225,7 @@ async def run_job(job: Job, sinks: list[EventSink]) -> None:
     for warning in job.warnings:
         for sink in sinks:
             sink.deliver(warning.to_record())
-    job.wall_start_s = time.monotonic()
+    job.wall_start_s = now_wall()
     job.cpu_start_s = _cpu_s()
     try:
         await job.pipeline.run()

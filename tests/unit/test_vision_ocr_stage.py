@@ -32,7 +32,7 @@ from streamfuse.vision import (
     reading_order,
     same_text_state,
 )
-from streamfuse.vision.ocr import _StreamText, clean_lines
+from streamfuse.vision.ocr import clean_lines
 
 pytestmark = pytest.mark.unit
 
@@ -249,18 +249,20 @@ def test_policy_chooses_resolution_and_roi_and_sees_feedback() -> None:
 
 
 def test_content_crop_reads_only_the_content_and_drops_nothing_outside() -> None:
-    engine = ScriptedEngine([[line("Only text", 10, 10, 310, 50)]])
+    old = [line("old text", 900, 600, 1200, 650)]
+    engine = ScriptedEngine([old, [line("Only text", 10, 10, 310, 50)]])
     policy = FixedResolution(960, content_crop=True)
     stage = OcrStage(engine=engine, policy=policy)
-    # A previous reading had a line outside the new content region: with a content crop
+    # The first reading has a line outside the next content region: with a content crop
     # nothing can be there any more, so it is not carried over.
-    stage._streams["main"] = _StreamText(lines=[line("old text", 900, 600, 1200, 650)])
+    k0 = KeyFrame(**{**_fields(key(0, 0.0)), "content_bbox": (0, 0, 1280, 720)})
     k1 = KeyFrame(**{**_fields(key(30, 1.0)), "content_bbox": (100, 200, 740, 440)})
-    events = asyncio.run(read_keys(stage, [k1]))
-    assert engine.calls[0].shape == (240, 640, 3)
-    assert engine.calls[0].det_max_side_px == 480  # the frame's 0.75 scale applied to 640 px
-    assert [ln["text"] for ln in events[0].payload.fields()["lines"]] == ["Only text"]
-    assert events[0].payload.fields()["lines"][0]["box"] == [110, 210, 410, 250]
+    events = asyncio.run(read_keys(stage, [k0, k1]))
+    assert [ln["text"] for ln in events[0].payload.fields()["lines"]] == ["old text"]
+    assert engine.calls[1].shape == (240, 640, 3)
+    assert engine.calls[1].det_max_side_px == 480  # the frame's 0.75 scale applied to 640 px
+    assert [ln["text"] for ln in events[1].payload.fields()["lines"]] == ["Only text"]
+    assert events[1].payload.fields()["lines"][0]["box"] == [110, 210, 410, 250]
     blank = KeyFrame(**{**_fields(key(0, 0.0)), "content_bbox": None})
     assert policy.plan(blank).roi is None
 
