@@ -23,9 +23,10 @@ test: $(STAMP)
 	$(PY) -m pytest -m "not slow" -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks scripts
-	$(VENV)/bin/ruff format --check src tests benchmarks scripts
+	$(VENV)/bin/ruff check src tests benchmarks scripts tools
+	$(VENV)/bin/ruff format --check src tests benchmarks scripts tools
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-logo
 
 bench: $(STAMP)
 	$(PY) benchmarks/asr_streaming.py

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_INPUT = ROOT / "assets" / "demo" / "lecture.mp4"
+DEFAULT_INPUT = ROOT / "src" / "streamfuse" / "assets" / "demo" / "lecture.mp4"  # package data
 
 
 def _cpu_s() -> float:
@@ -57,34 +57,43 @@ def offline(audio: np.ndarray, config: Any) -> dict[str, Any]:
 
 async def streaming(path: Path, config: Any, realtime: bool) -> dict[str, Any]:
     from streamfuse.audio import AsrStage
-    from streamfuse.frames import now_wall
-    from streamfuse.pipeline import Pipeline
+    from streamfuse.events import EventType
+    from streamfuse.frames import EventFrame
+    from streamfuse.pipeline import FrameEmitted, Observer, Pipeline
     from streamfuse.sinks import CollectSink
     from streamfuse.sources.media import MediaSource
+    from streamfuse.stats import percentiles
 
     source = MediaSource(path, realtime=realtime, video=False)
     stage = AsrStage(config)
     sink = CollectSink()
     emitted: list[float] = []
-    sink.listeners.append(lambda record: emitted.append(now_wall()))
+
+    class EventTimes(Observer):
+        def on_frame(self, event: FrameEmitted) -> None:
+            if event.producer is stage and isinstance(event.frame, EventFrame):
+                emitted.append(event.wall)
+
     # 60 s of windows: the stage coalesces queued audio while an inference runs.
     pipeline = Pipeline("asr-bench").link(source, stage, maxsize=3000).link(stage, sink)
+    pipeline.observe(EventTimes())
     await source.open()
     await stage.setup()  # load before timing; the runner's own setup call is then a no-op
     cpu0, t0 = _cpu_s(), time.perf_counter()
     await pipeline.run()
     wall = time.perf_counter() - t0
-    asr = sink.of_type("asr")
-    errors = sink.of_type("error")
-    latencies = np.array([r["latency_ms"] / 1000.0 for r in asr]) if asr else np.zeros(1)
+    asr = sink.of_type(EventType.ASR)
+    errors = sink.of_type(EventType.ERROR)
+    latencies = [r["latency_ms"] / 1000.0 for r in asr] or [0.0]
+    q = percentiles(latencies)
     return {
         "text": " ".join(r["text"] for r in asr),
         "events": len(asr),
-        "partials": len(sink.of_type("asr_partial")),
+        "partials": len(sink.of_type(EventType.ASR_PARTIAL)),
         "errors": [e["message"] for e in errors],
-        "latency_p50_s": float(np.percentile(latencies, 50)),
-        "latency_p95_s": float(np.percentile(latencies, 95)),
-        "latency_max_s": float(latencies.max()),
+        "latency_p50_s": q["p50"],
+        "latency_p95_s": q["p95"],
+        "latency_max_s": max(latencies),
         "wall_s": wall,
         "cpu_s": _cpu_s() - cpu0,
         "audio_s": stage.audio_s,
@@ -125,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     from faster_whisper import decode_audio
 
     from streamfuse.audio import AsrConfig
-    from streamfuse.audio.wer import wer
+    from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ
+    from streamfuse.text import wer
 
     overrides: dict[str, Any] = {"model": args.model}
     if args.beam_size is not None:
@@ -141,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     config = AsrConfig(**overrides)
     truth_path = args.truth or args.input.with_name(args.input.stem + ".truth.json")
     ref = _truth_text(truth_path)
-    audio = decode_audio(str(args.input), sampling_rate=16_000)
-    duration = len(audio) / 16_000
+    audio = decode_audio(str(args.input), sampling_rate=AUDIO_SAMPLE_RATE_HZ)
+    duration = len(audio) / AUDIO_SAMPLE_RATE_HZ
 
     off = offline(audio, config)
     st = asyncio.run(streaming(args.input, config, args.realtime))

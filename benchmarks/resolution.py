@@ -43,8 +43,11 @@ from typing import Any
 
 import numpy as np
 
+from streamfuse.events import EventType
+from streamfuse.stats import percentiles
+
 ROOT = Path(__file__).resolve().parents[1]
-DEMO = ROOT / "assets" / "demo" / "lecture.mp4"
+DEMO = ROOT / "src" / "streamfuse" / "assets" / "demo" / "lecture.mp4"  # package data
 SHORT = ROOT / "assets" / "test" / "short.mp4"
 
 log = logging.getLogger("bench.resolution")
@@ -115,31 +118,29 @@ async def _run(
     OCR CPU and policy stats."""
     policy, precision, content_crop = VARIANTS[variant]
     from streamfuse.app import StreamfuseConfig, build_pipeline, run_job
-    from streamfuse.qos.adaptive import AdaptiveConfig, AdaptiveResolution
+    from streamfuse.qos import FeedbackControllerConfig
     from streamfuse.sinks import CollectSink
     from streamfuse.testing.load import CpuHog
-    from streamfuse.vision import OcrConfig, VisionConfig
+    from streamfuse.vision import DynamicPolicy, FixedPolicy, OcrConfig, PolicyConfig, VisionConfig
+    from streamfuse.vision.adaptive import AdaptiveResolution
 
-    ocr_update: dict[str, Any] = {"det_max_side_px": full_side_px, "content_crop": content_crop}
+    ocr_update: dict[str, Any] = {}
     if intra_op_threads is not None:
         ocr_update["intra_op_threads"] = intra_op_threads
     if precision is not None:
         ocr_update["precision"] = precision
-    vision = VisionConfig(ocr=OcrConfig(**ocr_update))
-    # None: the shipped default; 0: the top rung.
-    adaptive = (
-        AdaptiveConfig()
-        if start_side_px is None
-        else AdaptiveConfig(start_side_px=start_side_px or None)
-    )
-    config = StreamfuseConfig(
-        realtime=realtime,
-        asr=False,
-        vision=vision,
-        vision_policy=policy,
-        ocr_budget_s=budget_s,
-        adaptive=adaptive,
-    )
+    vision_policy: PolicyConfig
+    if policy == "fixed":
+        vision_policy = FixedPolicy(det_max_side_px=full_side_px, content_crop=content_crop)
+    else:
+        controller = FeedbackControllerConfig(budget_s=budget_s)
+        vision_policy = DynamicPolicy(controller=controller)
+        if start_side_px is not None:  # None: the shipped default; 0: the top rung
+            vision_policy = DynamicPolicy(
+                controller=controller, start_side_px=start_side_px or None
+            )
+    vision = VisionConfig(ocr=OcrConfig(**ocr_update), policy=vision_policy)
+    config = StreamfuseConfig(realtime=realtime, asr=False, vision=vision)
     sink = CollectSink()
     job = await build_pipeline([str(p) for p in inputs], config, [sink])
     timed = _timed_engine_class()
@@ -200,11 +201,12 @@ def _cer(truth: Any, records: list[dict[str, Any]], stream_id: str | None = None
 
 
 def _latencies_s(records: list[dict[str, Any]]) -> np.ndarray:
-    return np.array([r["latency_ms"] / 1000.0 for r in records if r["type"] == "ocr"], float)
+    ocr = [r["latency_ms"] / 1000.0 for r in records if r["type"] == EventType.OCR]
+    return np.array(ocr, float)
 
 
 def _errors(records: list[dict[str, Any]]) -> list[str]:
-    return [str(r.get("message")) for r in records if r["type"] == "error"]
+    return [str(r.get("message")) for r in records if r["type"] == EventType.ERROR]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -392,7 +394,7 @@ def single_stream(
         cers = [_cer(truth, r["records"]) for r in rs]
         r = rs[0]
         st = next(iter(r["stats"].values()), None)
-        events = [x for x in r["records"] if x["type"] == "ocr"]
+        events = [x for x in r["records"] if x["type"] == EventType.OCR]
         areas = [
             (x["roi"][2] - x["roi"][0]) * (x["roi"][3] - x["roi"][1]) / float(w * h) for x in events
         ]
@@ -446,12 +448,13 @@ def multi_stream(
             _cer(truths[int(sid.split(":", 1)[0])], r["records"], sid)
             for sid in sorted(r["frames"])
         ]
+        q = percentiles(lat) if lat.size else {}
         res: dict[str, Any] = {
             "ocr_events": int(lat.size),
-            "latency_p50_s": round(float(np.percentile(lat, 50)), 3) if lat.size else None,
-            "latency_p95_s": round(float(np.percentile(lat, 95)), 3) if lat.size else None,
+            "latency_p50_s": round(q["p50"], 3) if q else None,
+            "latency_p95_s": round(q["p95"], 3) if q else None,
             "latency_max_s": round(float(lat.max()), 3) if lat.size else None,
-            "within_budget": bool(lat.size and np.percentile(lat, 95) <= budget_s),
+            "within_budget": bool(q and q["p95"] <= budget_s),
             "cer_mean": round(float(np.mean([c for c in cers if c is not None])), 4)
             if any(c is not None for c in cers)
             else None,
@@ -462,7 +465,7 @@ def multi_stream(
             "ocr_latencies_s": [
                 [x["stream_id"], x["t_start"], round(x["latency_ms"] / 1000.0, 3)]
                 for x in r["records"]
-                if x["type"] == "ocr"
+                if x["type"] == EventType.OCR
             ],
         }
         stats = r["stats"]

@@ -10,7 +10,7 @@ media seconds. The output is deterministic for a given seed, toolchain and font 
 Regenerate the committed assets (takes well under a minute)::
 
     apt-get install -y espeak-ng fonts-dejavu fonts-liberation fonts-freefont-ttf
-    .venv/bin/python scripts/make_demo_clip.py --preset demo --out assets/demo
+    .venv/bin/python scripts/make_demo_clip.py --preset demo --out src/streamfuse/assets/demo
     .venv/bin/python scripts/make_demo_clip.py --preset short --out assets/test
 
 Needs: ``espeak-ng`` on PATH (speech), the DejaVu / Liberation / FreeFont TTF files under
@@ -748,7 +748,9 @@ def build(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="demo")
-    parser.add_argument("--out", type=Path, default=Path("assets/demo"), help="output folder")
+    parser.add_argument(
+        "--out", type=Path, default=Path("src/streamfuse/assets/demo"), help="output folder"
+    )
     parser.add_argument("--name", help="file stem (default: lecture for demo, short for short)")
     parser.add_argument("--seed", type=int, default=3, help="noise seed")
     parser.add_argument("--snr-db", type=float, default=28.0, help="speech-to-noise ratio")

@@ -6,7 +6,7 @@ MinMax ranges; the first and last few layers stay FP32). Calibration inputs are 
 tensors the model sees while the FP32 engine
 reads a varied set of frames:
 
-  * synthetic slides (`streamfuse.vision.reshead.synth.make_slide`: every system font, light and
+  * synthetic slides (`tools.reshead.synth.make_slide`: every system font, light and
     dark themes, 14-72 px text),
   * frames of the two bundled clips,
 
@@ -41,8 +41,13 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+# The shared quantization and slide-rendering code lives in the checkout's `tools/` package.
+sys.path.insert(0, str(ROOT))
 OUT = ROOT / "src" / "streamfuse" / "vision" / "ocr_int8"
-CLIPS = (ROOT / "assets" / "demo" / "lecture.mp4", ROOT / "assets" / "test" / "short.mp4")
+CLIPS = (
+    ROOT / "src" / "streamfuse" / "assets" / "demo" / "lecture.mp4",
+    ROOT / "assets" / "test" / "short.mp4",
+)
 DET_SIDES = (640, 960, 1280)
 
 log = logging.getLogger("quantize_ocr")
@@ -79,7 +84,7 @@ def augment(img: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def calibration_images(n_slides: int, seed: int) -> list[np.ndarray]:
-    from streamfuse.vision.reshead.synth import make_slide
+    from tools.reshead.synth import make_slide
 
     rng = np.random.default_rng(seed)
     images: list[np.ndarray] = []
@@ -135,7 +140,7 @@ def quantize(src: Path, dst: Path, inputs: list[dict[str, np.ndarray]]) -> None:
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    from streamfuse.vision.onnx_quant import calibration_reader
+    from tools.onnx_quant import calibration_reader
 
     with tempfile.TemporaryDirectory() as tmp:
         # Per-channel DequantizeLinear needs opset >= 13; rapidocr's models are opset 11.
@@ -161,11 +166,10 @@ def quantize(src: Path, dst: Path, inputs: list[dict[str, np.ndarray]]) -> None:
 def evaluate(n_slides: int, seed: int) -> dict[str, Any]:
     """CER of FP32 and INT8 against the drawn text of held-out slides (clean, and degraded by
     noise / blur / downscaling), and OCR CPU time per read."""
-    from rapidfuzz.distance import Levenshtein
-
+    from streamfuse.text import char_errors
     from streamfuse.vision.config import OcrConfig
     from streamfuse.vision.ocr import RapidOcrEngine
-    from streamfuse.vision.reshead.synth import make_slide
+    from tools.reshead.synth import make_slide
 
     rng = np.random.default_rng(seed)
     slides = [make_slide(rng) for _ in range(n_slides)]
@@ -187,10 +191,10 @@ def evaluate(n_slides: int, seed: int) -> dict[str, Any]:
                 t0 = time.thread_time()
                 reading = engine.read(image, 960)
                 cpu += time.thread_time() - t0
-                got = " ".join(" ".join(line.text for line in reading.lines).split())
-                want = " ".join(text.split())
-                errors += Levenshtein.distance(got, want)
-                chars += len(want)
+                got = " ".join(line.text for line in reading.lines)
+                n_edits, n_chars = char_errors(text, got)
+                errors += n_edits
+                chars += n_chars
             res[f"cer_{name}"] = round(errors / max(1, chars), 4)
             res[f"cpu_s_per_read_{name}"] = round(cpu / len(items), 3)
         out[precision] = res

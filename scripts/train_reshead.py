@@ -27,10 +27,15 @@ from pathlib import Path
 import numpy as np
 
 from streamfuse.qos.ladder import DEFAULT_LADDER
-from streamfuse.vision.reshead.dataset import cached_thumbnails, label_frames
-from streamfuse.vision.reshead.model import count_macs, count_params
 from streamfuse.vision.reshead.preprocess import BLOCK, DEFAULT_INPUT_HW
-from streamfuse.vision.reshead.train import (
+
+ROOT = Path(__file__).resolve().parents[1]
+# The training code lives in the checkout's `tools/` package, not in the installed runtime.
+sys.path.insert(0, str(ROOT))
+
+from tools.reshead.dataset import cached_thumbnails, label_frames  # noqa: E402
+from tools.reshead.model import count_macs, count_params  # noqa: E402
+from tools.reshead.train import (  # noqa: E402
     bench_latency_ms,
     choose_tau,
     export_onnx,
@@ -42,7 +47,6 @@ from streamfuse.vision.reshead.train import (
     train,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "build" / "reshead"
 PACKAGE_DIR = ROOT / "src" / "streamfuse" / "vision" / "reshead"
 log = logging.getLogger("train_reshead")

@@ -1,4 +1,5 @@
-"""Shared test set-up: a private model cache (never ~/.cache), quiet third-party loggers."""
+"""Shared test set-up: a private model cache (never ~/.cache), quiet third-party loggers, and
+the rule that every test module carries a suite marker (`marker_policy`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import os
 from pathlib import Path
 
 import pytest
+
+# The hook is defined in its own module so a pytester test can load exactly it.
+from marker_policy import pytest_make_collect_report  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "assets"

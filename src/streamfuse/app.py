@@ -8,11 +8,10 @@ every stream's events. Library users compose their own graphs with `Pipeline.lin
 from __future__ import annotations
 
 import os
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,17 +19,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from streamfuse.audio import AsrConfig, AsrStage
 from streamfuse.errors import SourceError
 from streamfuse.events import EventRecord, StatsPayload
-from streamfuse.frames import ErrorFrame
+from streamfuse.frames import ErrorFrame, now_wall
 from streamfuse.fusion import TimelineConfig, TimelineStage
 from streamfuse.lm.stage import LMStage, LMStageConfig
 from streamfuse.pipeline import OverloadPolicy, Pipeline, Stage
-from streamfuse.qos.adaptive import AdaptiveConfig, AdaptiveResolution
 from streamfuse.qos.signals import QosSignals
 from streamfuse.sinks.base import EventSink
 from streamfuse.sources.media import MediaSource
 from streamfuse.vision import ChangeDetector, OcrStage, ResolutionPolicy, VisionConfig
-
-VisionPolicy = Literal["fixed", "dynamic", "article"]
+from streamfuse.vision.adaptive import make_policy
+from streamfuse.vision.config import FixedPolicy
 
 
 class StreamfuseConfig(BaseModel):
@@ -45,24 +43,9 @@ class StreamfuseConfig(BaseModel):
     audio_queue: int = Field(
         3000, ge=50, le=100_000, description="20 ms audio windows buffered before ASR (60 s)."
     )
-    vision: VisionConfig = Field(default_factory=VisionConfig)
-    vision_policy: VisionPolicy = Field(
-        "dynamic",
-        description="How OCR chooses resolution, region and interval per key frame: `dynamic` "
-        "(default: feedback controller on the OCR latency budget, changed-region ROI, jump "
-        "suppression; measured ~2x less OCR CPU than fixed full resolution at the same CER, "
-        "benchmarks/resolution.py), `fixed` (`vision.ocr.det_max_side_px`, content region) or "
-        "`article` (the article's F15 rule).",
-    )
-    ocr_budget_s: float = Field(
-        1.0,
-        gt=0.0,
-        le=60.0,
-        description="OCR event latency budget (key-frame arrival to result), s; the `dynamic` "
-        "policy steers to it.",
-    )
-    adaptive: AdaptiveConfig = Field(
-        default_factory=AdaptiveConfig, description="Tuning of the adaptive vision policies."
+    vision: VisionConfig = Field(
+        default_factory=VisionConfig,
+        description="Change detection, OCR and the resolution policy (`vision.policy`).",
     )
     asr_config: AsrConfig = Field(default_factory=AsrConfig)
     lm: LMStageConfig | None = Field(
@@ -92,7 +75,7 @@ class Job:
     #: Worker pools shared by several stages (shut down when the job ends).
     executors: list[ThreadPoolExecutor] = field(default_factory=list)
     cpu_start_s: float = field(default_factory=lambda: _cpu_s())
-    wall_start_s: float = field(default_factory=time.monotonic)
+    wall_start_s: float = field(default_factory=now_wall)
 
     def summary(self) -> dict[str, Any]:
         """The final `stats` record of the run."""
@@ -100,7 +83,6 @@ class Job:
         payload = StatsPayload(
             final=True,
             realtime=any(s.pacer.realtime for s in self.sources),
-            wall_s=round(self._streaming_s(), 3),
             cpu_s=round(_cpu_s() - self.cpu_start_s, 3),
             stages=self.pipeline.snapshot(),
         )
@@ -110,6 +92,7 @@ class Job:
             t_start=0.0,
             t_end=round(max(media), 3) if media else 0.0,
             latency_ms=0.0,
+            wall_s=round(self._streaming_s(), 3),
             payload=payload,
         )
         return record.to_json_dict()
@@ -117,8 +100,8 @@ class Job:
     def _streaming_s(self) -> float:
         p = self.pipeline
         if p.started_wall is not None:
-            return (p.finished_wall or time.monotonic()) - p.started_wall
-        return time.monotonic() - self.wall_start_s
+            return (p.finished_wall or now_wall()) - p.started_wall
+        return now_wall() - self.wall_start_s
 
 
 def _cpu_s() -> float:
@@ -128,7 +111,7 @@ def _cpu_s() -> float:
 
 def share_cores(config: StreamfuseConfig, n_streams: int) -> tuple[VisionConfig, AsrConfig]:
     """Cap each stream's model threads at its share of the cores (and resolve the OCR
-    precision `auto`: INT8 when several streams share them, FP32 for one).
+    precision `auto` for the job's stream count: `OcrConfig.resolve_precision`).
 
     Every stream has its own OCR and ASR sessions; with more streams than cores, per-session
     thread pools larger than the share only oversubscribe the CPU (threads preempt each other
@@ -136,9 +119,10 @@ def share_cores(config: StreamfuseConfig, n_streams: int) -> tuple[VisionConfig,
     """
     share = max(1, (os.cpu_count() or 1) // max(1, n_streams))
     ocr = config.vision.ocr
-    update: dict[str, object] = {"intra_op_threads": min(ocr.intra_op_threads, share)}
-    if ocr.precision == "auto":
-        update["precision"] = "int8" if n_streams > 1 else "fp32"
+    update: dict[str, object] = {
+        "intra_op_threads": min(ocr.intra_op_threads, share),
+        "precision": ocr.resolve_precision(n_streams),
+    }
     vision = config.vision.model_copy(update={"ocr": ocr.model_copy(update=update)})
     asr = config.asr_config.model_copy(
         update={"cpu_threads": min(config.asr_config.cpu_threads, share)}
@@ -167,7 +151,7 @@ async def build_pipeline(
     ocr_stages: dict[str, OcrStage] = {}
     policies: dict[str, ResolutionPolicy] = {}
     signals: QosSignals | None = None
-    if config.ocr and config.vision_policy != "fixed":
+    if config.ocr and not isinstance(config.vision.policy, FixedPolicy):
         # ASR latency and lost key frames reach the vision policies by observing the pipeline.
         signals = QosSignals()
         pipeline.observe(signals)
@@ -203,15 +187,9 @@ async def build_pipeline(
         branch_ends: list[Stage] = []
         if config.ocr and source.has_video:
             change = ChangeDetector(vision_config, name=f"change:{stream_id}")
-            vision_policy: ResolutionPolicy | None = None
-            if config.vision_policy != "fixed":
-                vision_policy = AdaptiveResolution.from_config(
-                    config.adaptive,
-                    kind=config.vision_policy,
-                    budget_s=config.ocr_budget_s,
-                    realtime=config.realtime,
-                    signals=signals,
-                )
+            vision_policy = make_policy(
+                vision_config.policy, realtime=config.realtime, signals=signals
+            )
             ocr = OcrStage(vision_config, policy=vision_policy, name=f"ocr:{stream_id}")
             if ocr_pool is not None:
                 ocr.share_executor(ocr_pool)
@@ -266,7 +244,7 @@ async def run_job(job: Job, sinks: list[EventSink]) -> None:
     for warning in job.warnings:
         for sink in sinks:
             sink.deliver(warning.to_record())
-    job.wall_start_s = time.monotonic()
+    job.wall_start_s = now_wall()
     job.cpu_start_s = _cpu_s()
     try:
         await job.pipeline.run()

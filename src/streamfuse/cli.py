@@ -31,6 +31,8 @@ err = Console(stderr=True)
 
 
 class VisionPolicyChoice(StrEnum):
+    """`vision.policy.kind` (`streamfuse.vision.config.PolicyKind`)."""
+
     fixed = "fixed"
     dynamic = "dynamic"
     article = "article"
@@ -44,9 +46,6 @@ class OcrPrecisionChoice(StrEnum):
 
 out = Console()
 
-REPO_ASSETS = Path(__file__).resolve().parents[2] / "assets"
-DEMO_CLIP = REPO_ASSETS / "demo" / "lecture.mp4"
-DEMO_TRUTH = REPO_ASSETS / "demo" / "lecture.truth.json"
 # Gemma 3 270M is a base model, not a chat model: answers are rough. Of the prompts tried on the
 # demo clip this one gave the most useful notes.
 DEMO_NOTES_PROMPT = "What did the speaker just say, in a few words?"
@@ -126,13 +125,17 @@ def run(
         VisionPolicyChoice | None,
         typer.Option(
             "--vision-policy",
-            help="OCR resolution policy: fixed, dynamic (latency-budget feedback, changed-region "
-            "ROI) or article (F15 rule). Default: the configuration's.",
+            help="OCR resolution policy (vision.policy.kind): fixed, dynamic (default: "
+            "latency-budget feedback, changed-region ROI) or article (F15 rule).",
         ),
     ] = None,
     ocr_budget_s: Annotated[
         float | None,
-        typer.Option("--ocr-budget-s", help="OCR latency budget in seconds (default 1.0)."),
+        typer.Option(
+            "--ocr-budget-s",
+            help="OCR latency budget in seconds of the dynamic policy "
+            "(vision.policy.controller.budget_s, default 1.0).",
+        ),
     ] = None,
     ocr_precision: Annotated[
         OcrPrecisionChoice | None,
@@ -170,6 +173,30 @@ def run(
     raise typer.Exit(code)
 
 
+def _vision_options(
+    vision_policy: str | None, ocr_budget_s: float | None, ocr_precision: str | None
+) -> dict[str, Any]:
+    """The `vision` part of the job config for the vision options given (empty: defaults).
+
+    `--vision-policy` is `vision.policy.kind`; `--ocr-budget-s` is the dynamic policy's
+    `vision.policy.controller.budget_s` (no other policy has a budget).
+    """
+    from streamfuse.vision.config import VisionConfig
+
+    kind = vision_policy or VisionConfig().policy.kind
+    if ocr_budget_s is not None and kind != "dynamic":
+        raise _fail(f"--ocr-budget-s applies to --vision-policy dynamic, not {kind}")
+    vision: dict[str, Any] = {}
+    if vision_policy is not None or ocr_budget_s is not None:
+        policy: dict[str, Any] = {"kind": kind}
+        if ocr_budget_s is not None:
+            policy["controller"] = {"budget_s": ocr_budget_s}
+        vision["policy"] = policy
+    if ocr_precision is not None:
+        vision["ocr"] = {"precision": ocr_precision}
+    return vision
+
+
 def _run_main(
     inputs: list[str],
     realtime: bool,
@@ -193,12 +220,9 @@ def _run_main(
         raise _fail("both --no-ocr and --no-asr: nothing to do")
     try:
         extra: dict[str, Any] = {}
-        if vision_policy is not None:
-            extra["vision_policy"] = vision_policy
-        if ocr_budget_s is not None:
-            extra["ocr_budget_s"] = ocr_budget_s
-        if ocr_precision is not None:
-            extra["vision"] = {"ocr": {"precision": ocr_precision}}
+        vision = _vision_options(vision_policy, ocr_budget_s, ocr_precision)
+        if vision:
+            extra["vision"] = vision
         if ask is not None:
             extra["lm"] = {"ask": ask}
         config = StreamfuseConfig(
@@ -241,21 +265,24 @@ def demo(
     ] = False,
 ) -> None:
     """Run the bundled lecture clip live, then score it against its ground truth."""
+    from streamfuse.assets import demo_files
+
     _setup_logging(False)
-    if not DEMO_CLIP.exists():
-        raise _fail(f"bundled demo clip not found at {DEMO_CLIP}")
-    code = _run_main(
-        [str(DEMO_CLIP)],
-        realtime,
-        out_path,
-        asr_model,
-        True,
-        True,
-        live,
-        ask=DEMO_NOTES_PROMPT if notes else None,
-    )
-    if code == 0:
-        _print_scores(_score(DEMO_TRUTH, out_path))
+    with demo_files() as files:
+        if not files.clip.is_file():
+            raise _fail(f"bundled demo clip not found at {files.clip}")
+        code = _run_main(
+            [str(files.clip)],
+            realtime,
+            out_path,
+            asr_model,
+            True,
+            True,
+            live,
+            ask=DEMO_NOTES_PROMPT if notes else None,
+        )
+        if code == 0:
+            _print_scores(_score(files.truth, out_path))
     raise typer.Exit(code)
 
 

@@ -5,14 +5,40 @@ frame clock. Over minutes they drift apart (tens to hundreds of ppm). `DriftEsti
 mapping ``reference = offset + (1 + skew) * local`` online from timestamp pairs (the software
 analogue of RTP/RTCP sender reports or IEEE 1588 PTP sync messages), with exponential forgetting
 so it follows slow changes, and `to_reference` maps any local time onto the reference clock.
+
+`now_wall` is the one wall clock (monotonic seconds) that arrival times, pacing and latencies
+read; `use_wall_clock` swaps it, so tests can run on virtual time (`streamfuse.testing.clock`).
 """
 
 from __future__ import annotations
 
 import math
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from streamfuse.errors import ConfigError
+
+WallClock = Callable[[], float]
+
+_wall_clock: WallClock = time.monotonic
+
+
+def now_wall() -> float:
+    """Monotonic seconds: `time.monotonic()` unless `use_wall_clock` installed another clock."""
+    return _wall_clock()
+
+
+@contextmanager
+def use_wall_clock(clock: WallClock) -> Iterator[None]:
+    """Make `now_wall` read `clock` inside the `with` block (process-wide; for tests)."""
+    global _wall_clock
+    previous, _wall_clock = _wall_clock, clock
+    try:
+        yield
+    finally:
+        _wall_clock = previous
 
 
 @dataclass(frozen=True, slots=True)

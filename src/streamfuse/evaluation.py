@@ -15,17 +15,29 @@
 from __future__ import annotations
 
 import json
-import re
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import jiwer
-import numpy as np
 from pydantic import BaseModel, Field, ValidationError, model_validator
-from rapidfuzz.distance import Levenshtein
 
 from streamfuse.errors import EvalError
+from streamfuse.events import (
+    AsrPayload,
+    EventRecord,
+    EventSchemaError,
+    EventType,
+    OcrPayload,
+    Payload,
+    StatsPayload,
+    parse_record,
+    registered_types,
+)
+from streamfuse.stats import percentiles
+from streamfuse.text import char_errors, collapse_whitespace, normalize_english, wer
+
+P = TypeVar("P", bound=Payload)
 
 
 class TruthSlide(BaseModel):
@@ -66,8 +78,13 @@ def load_truth(path: str | Path) -> Truth:
         raise EvalError(f"truth file {p} is malformed at {where or 'top'}: {first['msg']}") from e
 
 
-def load_events(path: str | Path) -> list[dict[str, Any]]:
-    """Read events JSON Lines; a torn last line (a crashed run) is tolerated, others are not."""
+def load_events(path: str | Path) -> list[EventRecord]:
+    """Read events JSON Lines into typed records (`streamfuse.events`).
+
+    A torn last line (a crashed run) is tolerated; any other line that is not JSON, or a record
+    of a built-in type that does not fit its schema, is an error naming the line. Records of
+    types this process does not know (a user's own stages) are skipped.
+    """
     p = Path(path)
     try:
         lines = p.read_text(encoding="utf-8").splitlines()
@@ -83,89 +100,103 @@ def load_events(path: str | Path) -> list[dict[str, Any]]:
             if i == len(lines):
                 break
             raise EvalError(f"{p}:{i}: not a JSON object: {e.msg}") from e
-        if not isinstance(ev, dict) or "type" not in ev:
+        if not isinstance(ev, dict) or not isinstance(ev.get("type"), str):
             raise EvalError(f"{p}:{i}: expected an event object with a 'type'")
-        events.append(ev)
+        if ev["type"] not in registered_types():
+            continue
+        try:
+            events.append(parse_record(ev))
+        except EventSchemaError as e:
+            raise EvalError(f"{p}:{i}: {e}") from e
     return events
 
 
-def collapse(text: str) -> str:
-    return re.sub(r"\s+", " ", text).strip()
+def as_records(events: Iterable[EventRecord | dict[str, Any]]) -> list[EventRecord]:
+    """Typed records from records or plain dicts (a `CollectSink`'s), unknown types skipped."""
+    return [
+        e if isinstance(e, EventRecord) else parse_record(e)
+        for e in events
+        if isinstance(e, EventRecord) or e.get("type") in registered_types()
+    ]
 
 
-def ocr_cer(truth: Truth, events: list[dict[str, Any]]) -> dict[str, Any]:
-    ocr = sorted((e for e in events if e["type"] == "ocr"), key=lambda e: e["t_start"])
+def _of(events: list[EventRecord], payload: type[P]) -> list[tuple[EventRecord, P]]:
+    return [(e, e.payload) for e in events if isinstance(e.payload, payload)]
+
+
+def ocr_cer(truth: Truth, events: Iterable[EventRecord | dict[str, Any]]) -> dict[str, Any]:
+    ocr = sorted(_of(as_records(events), OcrPayload), key=lambda e: e[0].t_start)
     edits = 0
     chars = 0
     per_slide = []
     for slide in truth.ocr:
-        ref = collapse(" ".join(slide.lines))
-        inside = [e for e in ocr if slide.t_start <= e["t_start"] < slide.t_end]
-        hyp = collapse(" ".join(ln["text"] for ln in inside[-1]["lines"])) if inside else ""
-        n_edits = Levenshtein.distance(ref, hyp)
+        inside = [p for e, p in ocr if slide.t_start <= e.t_start < slide.t_end]
+        read = inside[-1].lines if inside else []
+        hyp = collapse_whitespace(" ".join(ln.text for ln in read))
+        n_edits, n_chars = char_errors(" ".join(slide.lines), hyp)
         edits += n_edits
-        chars += len(ref)
-        per_slide.append({"t_start": slide.t_start, "cer": n_edits / max(1, len(ref)), "hyp": hyp})
+        chars += n_chars
+        per_slide.append({"t_start": slide.t_start, "cer": n_edits / max(1, n_chars), "hyp": hyp})
     return {"ocr_cer": edits / chars if chars else None, "ocr_slides": per_slide}
 
 
-def asr_wer(truth: Truth, events: list[dict[str, Any]]) -> dict[str, Any]:
-    from streamfuse.audio.wer import normalize_text
-
-    ref = normalize_text(" ".join(u.text for u in truth.asr))
-    hyp = normalize_text(" ".join(e.get("text", "") for e in events if e["type"] == "asr"))
+def asr_wer(truth: Truth, events: Iterable[EventRecord | dict[str, Any]]) -> dict[str, Any]:
+    ref = normalize_english(" ".join(u.text for u in truth.asr))
+    hyp = normalize_english(" ".join(p.text for _, p in _of(as_records(events), AsrPayload)))
     if not ref:
         return {"asr_wer": None}
-    return {"asr_wer": jiwer.wer(ref, hyp) if hyp else 1.0, "asr_hyp": hyp}
+    return {"asr_wer": wer(ref, hyp, normalize=False), "asr_hyp": hyp}
 
 
 def _quantiles(values: list[float]) -> dict[str, float]:
-    arr = np.asarray(values, dtype=float)
-    return {
-        "p50": round(float(np.percentile(arr, 50)), 1),
-        "p95": round(float(np.percentile(arr, 95)), 1),
-        "n": int(arr.size),
-    }
+    """p50 / p95 rounded to 0.1 ms, and the sample size (never called with no values)."""
+    q = {k: round(v, 1) for k, v in percentiles(values).items()}
+    return {**q, "n": len(values)}
 
 
-def latency(events: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+def latency(events: Iterable[EventRecord | dict[str, Any]]) -> dict[str, dict[str, float]]:
     by_type: dict[str, list[float]] = defaultdict(list)
-    for e in events:
-        if "latency_ms" in e and e["type"] != "stats":
-            by_type[e["type"]].append(float(e["latency_ms"]))
+    for e in as_records(events):
+        if e.type != EventType.STATS:
+            by_type[e.type].append(e.latency_ms)
     return {t: _quantiles(v) for t, v in sorted(by_type.items())}
 
 
-def evaluate(truth: Truth, events: list[dict[str, Any]]) -> dict[str, Any]:
-    summary = next((e for e in reversed(events) if e["type"] == "stats" and e.get("final")), None)
+def evaluate(truth: Truth, events: Iterable[EventRecord | dict[str, Any]]) -> dict[str, Any]:
+    records = as_records(events)
+    summary = next(
+        (e for e, p in reversed(_of(records, StatsPayload)) if p.final and e.wall_s is not None),
+        None,
+    )
     result: dict[str, Any] = {}
-    result.update(ocr_cer(truth, events))
-    result.update(asr_wer(truth, events))
-    result["latency_ms"] = latency(events)
+    result.update(ocr_cer(truth, records))
+    result.update(asr_wer(truth, records))
+    result["latency_ms"] = latency(records)
     result["rtf"] = None
-    if summary is not None:
-        result["rtf"] = round(summary["wall_s"] / truth.duration_s, 3)
-        result["cpu_s"] = summary.get("cpu_s")
-        result["realtime"] = bool(summary.get("realtime"))
-    timed = [e for e in events if "wall_s" in e and e["type"] != "stats"]
-    if summary is not None and summary.get("realtime") and timed:
-        result["end_lag_s"] = round(max(e["wall_s"] for e in timed) - truth.duration_s, 3)
-        ocr = [e for e in timed if e["type"] == "ocr"]
-        delays = []
-        for slide in truth.ocr:
-            first = [e for e in ocr if slide.t_start <= e["t_start"] < slide.t_end]
-            if first:
-                delays.append((first[0]["wall_s"] - slide.t_start) * 1000.0)
-        if delays:
-            result["ocr_change_latency_ms"] = _quantiles(delays)
-        # Per committed word, from its end on the media clock (= wall clock in a realtime run)
-        # to its commit: the figure streaming-ASR papers report (an event may hold several).
-        words = [
-            (e["wall_s"] - w["t_end"]) * 1000.0
-            for e in timed
-            if e["type"] == "asr"
-            for w in e.get("words", [])
-        ]
-        if words:
-            result["asr_word_latency_ms"] = _quantiles(words)
+    if summary is None:
+        return result
+    stats = summary.payload
+    assert isinstance(stats, StatsPayload) and summary.wall_s is not None
+    result["rtf"] = round(summary.wall_s / truth.duration_s, 3)
+    result["cpu_s"] = stats.cpu_s
+    result["realtime"] = stats.realtime
+    timed = [e for e in records if e.wall_s is not None and e.type != EventType.STATS]
+    if not stats.realtime or not timed:
+        return result
+    result["end_lag_s"] = round(max(e.wall_s or 0.0 for e in timed) - truth.duration_s, 3)
+    ocr = _of(timed, OcrPayload)
+    delays = []
+    for slide in truth.ocr:
+        first = [e for e, _ in ocr if slide.t_start <= e.t_start < slide.t_end]
+        if first and first[0].wall_s is not None:
+            delays.append((first[0].wall_s - slide.t_start) * 1000.0)
+    if delays:
+        result["ocr_change_latency_ms"] = _quantiles(delays)
+    # Per committed word, from its end on the media clock (= wall clock in a realtime run)
+    # to its commit: the figure streaming-ASR papers report (an event may hold several).
+    words = [
+        ((e.wall_s or 0.0) - w.t_end) * 1000.0 for e, p in _of(timed, AsrPayload) for w in p.words
+    ]
+    if words:
+        result["asr_word_latency_ms"] = _quantiles(words)
     return result

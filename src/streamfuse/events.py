@@ -10,6 +10,8 @@ every registered type, committed as `docs/events.schema.json`.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, ClassVar
 
@@ -161,13 +163,13 @@ class StageSnapshot(BaseModel):
 
 
 class StatsPayload(Payload):
-    """Run statistics; the last record of a run has `final: true`."""
+    """Run statistics; the last record of a run has `final: true` (its `wall_s` is the
+    streaming wall time)."""
 
     type: ClassVar[str] = EventType.STATS
 
     final: bool
     realtime: bool
-    wall_s: float = Field(ge=0.0, description="Streaming wall time.")
     cpu_s: float = Field(ge=0.0, description="Process CPU time (user + system).")
     stages: dict[str, StageSnapshot]
 
@@ -227,8 +229,13 @@ def parse_record(record: dict[str, Any]) -> EventRecord:
 # -- JSON Schema ----------------------------------------------------------------------------------
 
 
-def event_json_schema() -> dict[str, Any]:
-    """The JSON Schema of a record of every registered event type (`oneOf` by `type`)."""
+def event_json_schema(types: Iterable[str] | None = None) -> dict[str, Any]:
+    """The JSON Schema of a record of the given event types (`oneOf` by `type`).
+
+    By default the built-in types (`EventType`): the schema committed as
+    `docs/events.schema.json` (regenerate with `python -m streamfuse.events`).
+    """
+    kinds = sorted(str(kind) for kind in (EventType if types is None else types))
     envelope = {
         "stream_id": {"type": "string", "description": "Input stream the event belongs to."},
         "t_start": {"type": "number", "description": "Media seconds where the content starts."},
@@ -244,8 +251,8 @@ def event_json_schema() -> dict[str, Any]:
     }
     variants: list[dict[str, Any]] = []
     defs: dict[str, Any] = {}
-    for kind in sorted(_REGISTRY):
-        cls = _REGISTRY[kind]
+    for kind in kinds:
+        cls = payload_class(kind)
         schema = cls.model_json_schema(ref_template="#/$defs/{model}")
         defs.update(schema.pop("$defs", {}))
         props = {"type": {"const": kind}, **envelope, **schema.get("properties", {})}
@@ -267,6 +274,10 @@ def event_json_schema() -> dict[str, Any]:
         "oneOf": variants,
         "$defs": defs,
     }
+
+
+if __name__ == "__main__":
+    print(json.dumps(event_json_schema(), indent=2))
 
 
 __all__ = [

@@ -1,25 +1,21 @@
 """Typed messages that travel between stages.
 
 Every frame carries `t_media` (seconds on the stream's media clock, where the content starts) and
-`arrival_wall` (`time.monotonic()` when the input it derives from was released by the source).
+`arrival_wall` (`now_wall()`, monotonic seconds, when the input it derives from was released by
+the source).
 Data frames may be dropped by an overload policy; `SystemFrame`s (end of stream, errors) never are.
 """
 
 from __future__ import annotations
 
 import itertools
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from streamfuse.clock import now_wall
 from streamfuse.events import ErrorPayload, EventType, Payload
-
-
-def now_wall() -> float:
-    """The wall clock all `arrival_wall` values use (monotonic seconds)."""
-    return time.monotonic()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -49,12 +45,16 @@ class VideoFrame(Frame):
         return int(self.image.shape[1]), int(self.image.shape[0])
 
 
+#: The rate of every audio frame in a pipeline: sources resample to it, VAD and ASR require it.
+AUDIO_SAMPLE_RATE_HZ = 16_000
+
+
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class AudioFrame(Frame):
     """A window of mono float32 samples in [-1, 1] (20 ms at 16 kHz by default)."""
 
     samples: np.ndarray
-    sample_rate: int = 16_000
+    sample_rate: int = AUDIO_SAMPLE_RATE_HZ
     index: int = 0
 
     @property

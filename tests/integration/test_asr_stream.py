@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from streamfuse.audio import AsrConfig, AsrStage
-from streamfuse.audio.wer import normalize_text
 from streamfuse.pipeline import Pipeline
 from streamfuse.sinks import CollectSink
 from streamfuse.sources.media import MediaSource
+from streamfuse.text import normalize_english
 
 pytestmark = pytest.mark.integration
 
@@ -29,9 +29,9 @@ def test_tiny_en_transcribes_the_short_clip_with_word_times() -> None:
 
     assert not sink.of_type("error")
     asr = sink.of_type("asr")
-    said = set(normalize_text(" ".join(r["text"] for r in asr)).split())
+    said = set(normalize_english(" ".join(r["text"] for r in asr)).split())
     # Content words of the truth (4+ letters): tiny.en may miss one, not more.
-    content = {w for u in truth["asr"] for w in normalize_text(u["text"]).split() if len(w) >= 4}
+    content = {w for u in truth["asr"] for w in normalize_english(u["text"]).split() if len(w) >= 4}
     missing = sorted(content - said)
     assert len(content) >= 8
     assert len(missing) <= max(1, len(content) // 10), f"missing {missing} from {sorted(said)}"

@@ -7,13 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from streamfuse.testing.media import faststart, remux, truncate
 
 pytestmark = pytest.mark.integration
 
-SHORT = Path(__file__).resolve().parents[2] / "assets" / "test" / "short.mp4"
+ROOT = Path(__file__).resolve().parents[2]
+SHORT = ROOT / "assets" / "test" / "short.mp4"
 
 
 def cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
@@ -54,7 +56,9 @@ def test_run_short_clip_produces_timeline(tmp_path: Path) -> None:
     truth_words = {w.strip(".,!?") for u in truth["asr"] for w in u["text"].lower().split()}
     long_words = [w for w in truth_words if len(w) > 5]
     assert sum(w in spoken for w in long_words) >= 0.7 * len(long_words)
-    assert all({"type", "t_start", "t_end", "latency_ms"} <= e.keys() for e in evs)
+    schema = json.loads((ROOT / "docs" / "events.schema.json").read_text())
+    for e in evs:  # every record is of the documented schema
+        jsonschema.validate(e, schema)
     assert evs[-1]["type"] == "stats" and evs[-1]["final"]
     # and the scorer reads it
     score = cli("eval", str(out), "--truth", str(SHORT.with_suffix(".truth.json")), "--json")
@@ -85,17 +89,25 @@ def test_bad_input_is_one_clear_line(tmp_path: Path, make, expect: str) -> None:
     assert expect in one_line_error(proc)
 
 
-def test_input_breaking_midway_keeps_partial_results(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "flags",
+    [["--no-asr"], [], ["--ask", "what is on the slide?"]],
+    ids=["ocr-only", "ocr+asr", "ocr+asr+lm"],
+)
+def test_input_breaking_midway_keeps_partial_results(tmp_path: Path, flags: list[str]) -> None:
     cut = truncate(faststart(SHORT, tmp_path / "fs.mp4"), tmp_path / "fs_cut.mp4", 0.6)
     out = tmp_path / "ev.jsonl"
-    proc = cli("run", str(cut), "--out", str(out), "--no-live", "--no-asr")
+    proc = cli("run", str(cut), "--out", str(out), "--no-live", *flags)
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert "partial results kept" in proc.stderr
     evs = events(out)
     assert any(e["type"] == "ocr" for e in evs)  # the first slide was read before the break
+    # One failure, one error event: it fans out to every branch (OCR, ASR, LM) and the
+    # branches join again at the sink, which must see it once.
     errors = [e for e in evs if e["type"] == "error"]
-    assert errors and "fs_cut.mp4" in errors[0]["message"]
+    assert len(errors) == 1, errors
+    assert "fs_cut.mp4" in errors[0]["message"]
 
 
 def test_audio_only_and_video_only_run_what_they_can(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from PIL import Image, ImageDraw, ImageFont
 from rapidfuzz.distance import Levenshtein
 
 from streamfuse.frames import EventFrame
+from streamfuse.testing import run_stage
 from streamfuse.vision import KeyFrame, OcrConfig, OcrStage, RapidOcrEngine
 
 pytestmark = pytest.mark.integration
@@ -67,13 +68,8 @@ def run_ocr(engine: RapidOcrEngine, image: np.ndarray) -> EventFrame:
     h, w = image.shape[:2]
     key = KeyFrame(t_media=1.5, image=image, index=45, changed_bbox=(0, 0, w, h), reason="first")
 
-    async def go() -> list[EventFrame]:
-        out = [f async for f in stage.process(key) if isinstance(f, EventFrame)]
-        stage._shutdown_executor()
-        return out
-
-    events = asyncio.run(go())
-    assert len(events) == 1
+    events = asyncio.run(run_stage(stage, [key]))
+    assert len(events) == 1 and isinstance(events[0], EventFrame), events
     return events[0]
 
 

@@ -1,6 +1,7 @@
 """The adaptive vision policy on scripted observations: it steps down under overload (latency over
-budget, backlog), back up when the load clears, never changes faster than its dwell time, reads
-the changed region (clipped to the frame) and the whole frame on a stream's first key frame."""
+budget, backlog, key frames dropped at the OCR input), back up when the load clears, never changes
+faster than its dwell time, reads the changed region (clipped to the frame) and the whole frame
+on a stream's first key frame; `make_policy` builds the policy each config variant names."""
 
 from __future__ import annotations
 
@@ -8,18 +9,23 @@ from itertools import pairwise
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
-from streamfuse.qos.adaptive import (
-    AdaptiveConfig,
-    AdaptiveResolution,
-    frame_ladder,
-    select_roi,
-)
-from streamfuse.qos.feedback import SystemProbe
+from streamfuse.errors import ConfigError
+from streamfuse.pipeline import FramesDropped, OverloadPolicy
+from streamfuse.qos.feedback import GpuStats, SystemProbe
 from streamfuse.qos.signals import QosSignals, SharedCpuProbe
 from streamfuse.qos.smoothing import JumpSuppressionConfig
-from streamfuse.vision.frames import BBox, KeyFrame
-from streamfuse.vision.policy import OcrObservation
+from streamfuse.vision.adaptive import (
+    AdaptiveResolution,
+    frame_ladder,
+    make_policy,
+    select_roi,
+)
+from streamfuse.vision.config import ArticlePolicy, DynamicPolicy, FixedPolicy, VisionConfig
+from streamfuse.vision.frames import BBox, KeyFrame, clamp_box, clip_box
+from streamfuse.vision.ocr import OcrStage
+from streamfuse.vision.policy import FixedResolution, OcrObservation
 
 pytestmark = pytest.mark.unit
 
@@ -35,16 +41,17 @@ class Clock:
         return self.t
 
 
-class FixedProbe(SystemProbe):
-    """A probe reporting a scripted CPU utilization (no psutil, no GPU)."""
+class FixedProbe:
+    """A `SystemProbe` reporting a scripted CPU utilization (no psutil, no GPU)."""
 
     def __init__(self, cpu: float = 0.5) -> None:
         self.util = cpu
-        self._nvml = None
-        self._handle = None
 
     def cpu(self) -> float:
         return self.util
+
+    def gpu(self) -> GpuStats | None:
+        return None
 
 
 def key(
@@ -91,15 +98,15 @@ def make(
     kind: str = "dynamic",
     signals: QosSignals | None = None,
 ) -> AdaptiveResolution:
-    cfg = AdaptiveConfig(
-        start_side_px=start,
-        suppression=JumpSuppressionConfig(min_dwell_s=1.0, up_dwell_s=3.0, blend_s=0.0),
-        latency_alpha=1.0,  # scripted latencies take effect at once
-    )
+    suppression = JumpSuppressionConfig(min_dwell_s=1.0, up_dwell_s=3.0, blend_s=0.0)
+    cfg: DynamicPolicy | ArticlePolicy
+    if kind == "article":
+        cfg = ArticlePolicy(suppression=suppression, latency_alpha=1.0)
+    else:
+        # latency_alpha=1: scripted latencies take effect at once
+        cfg = DynamicPolicy(start_side_px=start, suppression=suppression, latency_alpha=1.0)
     policy = AdaptiveResolution.from_config(
         cfg,
-        kind=kind,  # type: ignore[arg-type]
-        budget_s=1.0,
         realtime=realtime,
         signals=signals or QosSignals(probe=probe or FixedProbe()),
         clock=clock,
@@ -153,7 +160,7 @@ def test_backlog_alone_is_overload() -> None:
 def test_slow_start_begins_at_the_floor_and_climbs_with_headroom() -> None:
     clock = Clock()
     policy = make(clock)
-    assert AdaptiveConfig().start_side_px == 640  # the shipped default: start low
+    assert DynamicPolicy().start_side_px == 640  # the shipped default: start low
     assert side(policy) == 640
     for _ in range(6):
         clock.t += 4.0
@@ -190,6 +197,25 @@ def test_streams_are_independent() -> None:
         policy.observe(obs("a", ocr_ms=3000))
         policy.observe(obs("b", ocr_ms=100))
     assert side(policy, "a") < 1280 and side(policy, "b") == 1280
+
+
+def test_key_frames_dropped_at_the_ocr_input_step_the_controller_down() -> None:
+    clock = Clock()
+    signals = QosSignals(probe=FixedProbe())
+    policy = make(clock, start=None, signals=signals)
+    stage = OcrStage(engine=object(), policy=policy)  # type: ignore[arg-type]
+    signals.watch_drops(stage)
+    assert side(policy) == 1280
+    clock.t += 1.5
+    policy.observe(obs(ocr_ms=100))  # fast read, nothing lost: hold at the top
+    assert side(policy) == 1280
+    lost = [key(index=i) for i in (31, 32)]
+    signals.on_drop(FramesDropped(stage, lost, OverloadPolicy.LATEST_ONLY))
+    clock.t += 1.5
+    policy.observe(obs(ocr_ms=100))  # as fast, but two key frames were never read
+    assert side(policy) == 1024
+    assert "2 dropped" in policy.stats()["s"].history[-1].reason
+    assert signals.take_drops("s") == 0  # consumed by that observation
 
 
 def test_interval_only_when_skipping_is_allowed() -> None:
@@ -289,9 +315,52 @@ def test_start_and_floor_fit_any_frame_size() -> None:
     clock = Clock()
     for start in (32, 640, 8000, None):
         policy = AdaptiveResolution.from_config(
-            AdaptiveConfig(start_side_px=start), signals=QosSignals(probe=FixedProbe()), clock=clock
+            DynamicPolicy(start_side_px=start), signals=QosSignals(probe=FixedProbe()), clock=clock
         )
         small = KeyFrame(stream_id="s", t_media=0.0, image=np.zeros((300, 400, 3), np.uint8))
         assert policy.plan(small).det_max_side_px == 384  # the only rung of a 400x300 ladder
         big = key("b")
         assert policy.plan(big).det_max_side_px in (640, 1280)
+
+
+def test_make_policy_builds_the_policy_each_variant_names() -> None:
+    fixed = make_policy(FixedPolicy(det_max_side_px=800, content_crop=False))
+    assert isinstance(fixed, FixedResolution)
+    assert fixed.plan(key()).det_max_side_px == 800 and fixed.plan(key()).roi is None
+    dynamic = make_policy(DynamicPolicy(), realtime=False)
+    assert isinstance(dynamic, AdaptiveResolution) and not dynamic.allow_skipping
+    assert dynamic.plan(key()).det_max_side_px == 640  # the slow start
+    article = make_policy(ArticlePolicy())
+    assert isinstance(article, AdaptiveResolution)
+    assert article.plan(key()).det_max_side_px == 1280  # the rule starts at native size
+    # The default is the dynamic policy, and a stage cannot run it without being handed it.
+    assert isinstance(VisionConfig().policy, DynamicPolicy)
+    with pytest.raises(ConfigError, match="make_policy"):
+        OcrStage(VisionConfig(), engine=object())  # type: ignore[arg-type]
+    stage = OcrStage(VisionConfig(policy=FixedPolicy(det_max_side_px=640)), engine=object())  # type: ignore[arg-type]
+    assert stage.policy.plan(key()).det_max_side_px == 640
+
+
+def test_policy_config_has_one_start_and_one_vocabulary() -> None:
+    with pytest.raises(ValidationError, match="not both"):
+        DynamicPolicy(controller={"start_rung": 2})  # start_side_px defaults to 640
+    assert (
+        DynamicPolicy(start_side_px=None, controller={"start_rung": 2}).controller.start_rung == 2
+    )
+    cfg = VisionConfig.model_validate(
+        {"policy": {"kind": "dynamic", "controller": {"budget_s": 0.5}}}
+    )
+    assert isinstance(cfg.policy, DynamicPolicy) and cfg.policy.controller.budget_s == 0.5
+    with pytest.raises(ValidationError):
+        VisionConfig.model_validate({"policy": {"kind": "fixed", "controller": {}}})
+    with pytest.raises(ValidationError):
+        VisionConfig.model_validate({"policy": {"kind": "feedback"}})
+
+
+def test_clip_box_is_the_one_rule_for_crops() -> None:
+    assert clamp_box((-5.5, 10.2, 1300.0, 99.1), (W, H)) == (0.0, 10.2, W, 99.1)  # unrounded
+    assert clip_box((-5.5, 10.2, 1300.0, 99.1), (W, H)) == (0, 10, W, 100)  # outwards, clamped
+    assert clip_box((W + 5, H + 5, W + 9, H + 9), (W, H)) == (W - 1, H - 1, W, H)  # >= 1 px
+    # The ROI geometry and the OCR stage crop with it: a region past the edge ends at the edge.
+    roi, _ = select_roi((W, H), (1200, 650, W + 50, H + 50), None)
+    assert roi == clip_box((1200 - 0.03 * H, 650 - 0.03 * H, W, H), (W, H))

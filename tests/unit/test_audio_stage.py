@@ -16,12 +16,13 @@ import numpy as np
 import pytest
 
 from streamfuse.audio import AsrConfig, AsrStage, Transcriber, Word
-from streamfuse.frames import AudioFrame, EventFrame
+from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, AudioFrame, EventFrame
+from streamfuse.testing import run_stage
 
 pytestmark = pytest.mark.unit
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "test"
-SR = 16_000
+SR = AUDIO_SAMPLE_RATE_HZ
 
 
 def _truth_words() -> list[tuple[str, float, float]]:
@@ -73,21 +74,14 @@ def clip() -> np.ndarray:
 
 
 async def _run(stage: AsrStage, clip: np.ndarray) -> tuple[list[EventFrame], dict[int, float]]:
-    await stage.setup()
-    events: list[EventFrame] = []
-    arrivals = {}
-    for i in range(0, len(clip) - 320 + 1, 320):
-        frame = AudioFrame(
-            t_media=i / SR, samples=clip[i : i + 320], arrival_wall=1000.0 + i / SR, index=i
-        )
-        arrivals[i // 320] = frame.arrival_wall
-        async for out in stage.process(frame):
-            assert isinstance(out, EventFrame)
-            events.append(out)
-    async for out in stage.flush():
-        assert isinstance(out, EventFrame)
-        events.append(out)
-    stage._shutdown_executor()
+    frames = [
+        AudioFrame(t_media=i / SR, samples=clip[i : i + 320], arrival_wall=1000.0 + i / SR, index=i)
+        for i in range(0, len(clip) - 320 + 1, 320)
+    ]
+    arrivals = {f.index // 320: f.arrival_wall for f in frames}
+    out = await run_stage(stage, frames)
+    events = [f for f in out if isinstance(f, EventFrame)]
+    assert events == out, [f for f in out if f not in events]
     return events, arrivals
 
 

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from streamfuse.audio.vad import CHUNK, GateEvent, SileroVad, SpeechGate, VadChunk
+from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ
 
 pytestmark = pytest.mark.unit
 
@@ -18,7 +19,9 @@ SHORT = Path(__file__).resolve().parents[2] / "assets" / "test" / "short.mp4"
 def speech() -> np.ndarray:
     from faster_whisper import decode_audio
 
-    return np.asarray(decode_audio(str(SHORT), sampling_rate=16_000), dtype=np.float32)
+    return np.asarray(
+        decode_audio(str(SHORT), sampling_rate=AUDIO_SAMPLE_RATE_HZ), dtype=np.float32
+    )
 
 
 def _stream(vad: SileroVad, audio: np.ndarray, window: int = 320) -> list[VadChunk]:
@@ -30,7 +33,9 @@ def _stream(vad: SileroVad, audio: np.ndarray, window: int = 320) -> list[VadChu
 
 def test_silence_and_noise_are_not_speech() -> None:
     rng = np.random.default_rng(0)
-    audio = np.concatenate([np.zeros(16_000), 0.003 * rng.standard_normal(16_000)])
+    audio = np.concatenate(
+        [np.zeros(AUDIO_SAMPLE_RATE_HZ), 0.003 * rng.standard_normal(AUDIO_SAMPLE_RATE_HZ)]
+    )
     chunks = _stream(SileroVad(), audio.astype(np.float32))
     assert len(chunks) == len(audio) // CHUNK
     assert max(c.prob for c in chunks) < 0.2

@@ -1,10 +1,17 @@
 from __future__ import annotations
 
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
-from streamfuse.clock import DriftEstimator
+from streamfuse import frames
+from streamfuse.clock import DriftEstimator, now_wall, use_wall_clock
 from streamfuse.errors import ConfigError
+from streamfuse.sources.synthetic import SyntheticSource
+from streamfuse.testing import run_virtual
 
 pytestmark = pytest.mark.unit
 
@@ -54,3 +61,60 @@ def test_unfitted_estimator_is_identity_and_rejects_bad_config() -> None:
     assert DriftEstimator().to_reference(3.5) == 3.5
     with pytest.raises(ConfigError):
         DriftEstimator(half_life_s=0)
+
+
+def test_use_wall_clock_swaps_the_one_wall_clock_and_restores_it() -> None:
+    assert frames.now_wall is now_wall  # frames re-export the clock's function, no copy
+    with use_wall_clock(lambda: 42.0):
+        assert now_wall() == 42.0
+        error = frames.ErrorFrame(stage="s", message="m", arrival_wall=41.5)
+        assert error.to_record()["latency_ms"] == 500.0  # emitted "now", on the swapped clock
+    assert abs(now_wall() - time.monotonic()) < 1.0
+
+
+def test_virtual_time_jumps_over_sleeps_and_concurrent_sleeps_overlap() -> None:
+    async def main() -> tuple[float, float]:
+        t0 = now_wall()
+        await asyncio.sleep(3600.0)
+        t1 = now_wall()
+        await asyncio.gather(asyncio.sleep(1.0), asyncio.sleep(2.0))
+        return t1 - t0, now_wall() - t1
+
+    real0 = time.monotonic()
+    hour, both = run_virtual(main())
+    assert hour == pytest.approx(3600.0) and both == pytest.approx(2.0)
+    assert time.monotonic() - real0 < 5.0  # an hour of sleeping took no real hour
+
+
+def test_thread_work_takes_no_virtual_time_and_timers_wait_for_it() -> None:
+    order: list[str] = []
+
+    async def timer() -> None:
+        await asyncio.sleep(0.01)
+        order.append("timer")
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        t0 = now_wall()
+        with ThreadPoolExecutor(1) as pool:
+            task = asyncio.create_task(timer())
+            await loop.run_in_executor(pool, time.sleep, 0.2)  # 0.2 s of real work
+            order.append("thread")
+            elapsed = now_wall() - t0
+            await task
+        return elapsed
+
+    assert run_virtual(main()) == 0.0
+    assert order == ["thread", "timer"]
+
+
+def test_a_realtime_source_is_paced_exactly_on_virtual_time() -> None:
+    async def main() -> list[float]:
+        source = SyntheticSource(10.0, fps=5.0, audio=False, realtime=True)
+        await source.open()
+        return [f.arrival_wall async for f in source.frames()]
+
+    arrivals = run_virtual(main(), start_s=500.0)
+    assert len(arrivals) == 50
+    assert arrivals[0] == 500.0
+    assert np.diff(arrivals) == pytest.approx(np.full(49, 0.2))

@@ -1,4 +1,5 @@
-"""The committed demo/test clips match their ground truth and the truth JSON contract.
+"""The committed demo/test clips match their ground truth and the truth JSON contract; the demo
+clip ships as package data and resolves through importlib.resources.
 
 Reads container metadata only (no full decode), so it runs in well under a second. The clips
 and truth files are produced by scripts/make_demo_clip.py.
@@ -13,10 +14,14 @@ from typing import Any
 import av
 import pytest
 
+import streamfuse
+from streamfuse.assets import demo_dir, demo_files
+
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parents[2]
-CLIPS = [ROOT / "assets" / "demo" / "lecture", ROOT / "assets" / "test" / "short"]
+PACKAGE = Path(streamfuse.__file__).resolve().parent
+CLIPS = [PACKAGE / "assets" / "demo" / "lecture", ROOT / "assets" / "test" / "short"]
 DURATION_TOLERANCE_S = 0.2
 
 
@@ -87,3 +92,33 @@ def test_demo_and_short_presets_have_expected_size() -> None:
     assert 6 <= len(demo["ocr"]) <= 9
     assert 10.0 <= short["duration_s"] <= 14.0
     assert 2 <= len(short["ocr"]) <= 3 and 2 <= len(short["asr"]) <= 3
+
+
+def test_demo_files_resolve_inside_the_package() -> None:
+    # Not via the repository root: a non-editable install has no checkout around it.
+    assert demo_dir().joinpath("lecture.mp4").is_file()
+    with demo_files() as files:
+        assert files.clip.is_file() and files.truth.is_file()
+        assert PACKAGE in files.clip.resolve().parents
+        assert json.loads(files.truth.read_text())["ocr"]
+
+
+def test_demo_command_plays_the_clip_shipped_in_the_package(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Not a path relative to the source checkout (gone after `pip install .`)."""
+    from typer.testing import CliRunner
+
+    from streamfuse import cli
+
+    played: list[list[str]] = []
+
+    def fake_run_main(inputs: list[str], *args: Any, **kwargs: Any) -> int:
+        played.append(inputs)
+        return 1  # stop before scoring: only the input path matters here
+
+    monkeypatch.setattr(cli, "_run_main", fake_run_main)
+    result = CliRunner().invoke(cli.app, ["demo", "--no-realtime", "--out", str(tmp_path / "e")])
+    assert result.exit_code == 1, result.output
+    (clip,) = played[0]
+    assert Path(clip).is_file() and PACKAGE in Path(clip).resolve().parents

@@ -7,6 +7,15 @@ import pytest
 
 from streamfuse.errors import EvalError
 from streamfuse.evaluation import evaluate, load_events, load_truth
+from streamfuse.events import (
+    AsrPayload,
+    AsrWord,
+    EventRecord,
+    OcrLine,
+    OcrPayload,
+    Payload,
+    StatsPayload,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -23,31 +32,33 @@ TRUTH = {
 }
 
 
+def _record(payload: Payload, t: float, t_end: float, latency: float, wall: float) -> dict:
+    return EventRecord(
+        type=payload.type, stream_id="talk", t_start=t, t_end=t_end, latency_ms=latency,
+        wall_s=wall, payload=payload,
+    ).to_json_dict()  # fmt: skip
+
+
 def _ocr(t: float, lines: list[str], latency: float, wall: float) -> dict:
-    return {
-        "type": "ocr",
-        "t_start": t,
-        "t_end": t,
-        "latency_ms": latency,
-        "wall_s": wall,
-        "lines": [{"text": x, "box": [0, 0, 1, 1], "conf": 0.9} for x in lines],
-    }
+    payload = OcrPayload(
+        lines=[OcrLine(text=x, box=(0, 0, 1, 1), conf=0.9) for x in lines],
+        text="\n".join(lines), n_lines=len(lines), resolution=(640, 352), scale=0.5,
+        roi=(0, 0, 1280, 704), ocr_ms=50.0, mean_conf=0.9, frame_index=0, t_changed=t,
+        reason="change",
+    )  # fmt: skip
+    return _record(payload, t, t, latency, wall)
 
 
 def _asr(t: float, text: str, latency: float) -> dict:
     words = text.split()
-    return {
-        "type": "asr",
-        "t_start": t,
-        "t_end": t + 1,
-        "latency_ms": latency,
-        "text": text,
-        "wall_s": t + 2,
-        "words": [
-            {"word": w, "t_start": t + i / len(words), "t_end": t + (i + 1) / len(words), "p": 1}
+    payload = AsrPayload(
+        text=text,
+        words=[
+            AsrWord(word=w, t_start=t + i / len(words), t_end=t + (i + 1) / len(words), p=1)
             for i, w in enumerate(words)
         ],
-    }
+    )
+    return _record(payload, t, t + 1, latency, t + 2)
 
 
 def _write(tmp_path: Path, events: list[dict], truth: dict = TRUTH) -> tuple[Path, Path]:
@@ -65,16 +76,8 @@ def test_scores_cer_wer_latency_and_rtf(tmp_path: Path) -> None:
         _ocr(10.4, ["Latency budget 300 ms"], 500, 10.9),
         _asr(1.0, "welcome to lecture 3", 900),
         _asr(11.0, "the budget is three hundred milliseconds", 1500),
-        {
-            "type": "stats",
-            "final": True,
-            "t_start": 0,
-            "t_end": 20,
-            "latency_ms": 0,
-            "wall_s": 21.0,
-            "cpu_s": 9.0,
-            "realtime": True,
-        },
+        _record(StatsPayload(final=True, realtime=True, cpu_s=9.0, stages={}), 0, 20, 0, 21.0),
+        {"type": "brightness_of_a_user_stage", "t_start": 3.0, "mean": 0.4},  # skipped
     ]
     truth, ev = _write(tmp_path, events)
     r = evaluate(load_truth(truth), load_events(ev))
@@ -107,6 +110,13 @@ def test_torn_last_line_is_tolerated_but_garbage_is_not(tmp_path: Path) -> None:
     assert len(load_events(ev)) == 1
     ev.write_text('not json\n{"type": "asr"}\n')
     with pytest.raises(EvalError, match="events.jsonl:1"):
+        load_events(ev)
+
+
+def test_a_record_off_its_schema_is_named_with_its_line(tmp_path: Path) -> None:
+    bad = dict(_asr(1, "hello", 1), words="hello")
+    _, ev = _write(tmp_path, [_asr(0, "hi", 1), bad])
+    with pytest.raises(EvalError, match=r"(?s)events.jsonl:2: invalid 'asr' record.*words"):
         load_events(ev)
 
 

@@ -14,10 +14,14 @@ from streamfuse.lm.kernels import load_kernels
 from streamfuse.lm.quant import Int8Linear
 from streamfuse.testing.tiny_lm import tiny_model
 
-pytestmark = pytest.mark.skipif(
-    (shutil.which("c++") is None and shutil.which("g++") is None) or shutil.which("ninja") is None,
-    reason="no C++ compiler or ninja to build the kernels",
-)
+pytestmark = [
+    pytest.mark.unit,
+    pytest.mark.skipif(
+        (shutil.which("c++") is None and shutil.which("g++") is None)
+        or shutil.which("ninja") is None,
+        reason="no C++ compiler or ninja to build the kernels",
+    ),
+]
 
 EPS = 1e-6
 

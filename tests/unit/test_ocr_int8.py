@@ -12,6 +12,8 @@ import pytest
 
 from streamfuse.vision.ocr import INT8_DIR, int8_model_paths
 
+pytestmark = pytest.mark.unit
+
 
 def fake_rapid(det_path: Path, rec_path: Path) -> SimpleNamespace:
     def model(path: Path) -> SimpleNamespace:
@@ -75,7 +77,7 @@ def test_unloadable_int8_file_falls_back_to_fp32(
     broken = tmp_path / "det.onnx"
     broken.write_bytes(b"not an onnx model")
     monkeypatch.setattr(ocr, "int8_model_paths", lambda rapid: {"det": broken})
-    engine = ocr.RapidOcrEngine(OcrConfig(intra_op_threads=1))
+    engine = ocr.RapidOcrEngine(OcrConfig(intra_op_threads=1, precision="int8"))
     with caplog.at_level(logging.WARNING):
         engine.load()
     assert engine.precision == "fp32"

@@ -6,11 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
-from streamfuse.vision.onnx_quant import calibration_reader
-from streamfuse.vision.reshead import train
+from streamfuse.vision.reshead.runtime import FP32_MODEL as HEAD
+from tools.onnx_quant import calibration_reader
+from tools.reshead import train
 
-HEAD = Path(train.__file__).with_name("resolution_head.fp32.onnx")
+pytestmark = pytest.mark.unit
 
 
 def test_reader_hands_out_feeds_then_stops() -> None:

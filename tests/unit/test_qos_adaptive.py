@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from streamfuse.qos import FeedbackController, JumpSuppressionConfig, ResolutionScheduler
-from streamfuse.qos.adaptive import AdaptiveResolution, choose_roi
 from streamfuse.qos.controllers import FeedbackControllerConfig
+from streamfuse.vision.adaptive import AdaptiveResolution, choose_roi
 from streamfuse.vision.frames import KeyFrame
 from streamfuse.vision.policy import OcrObservation
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from streamfuse.errors import ConfigError
 from streamfuse.qos import (
     ArticleRule,
     ArticleRuleConfig,
@@ -17,10 +18,13 @@ from streamfuse.qos import (
     make_controller,
 )
 from streamfuse.qos.controllers import Decision
+from streamfuse.qos.ladder import Ladder
 
 pytestmark = pytest.mark.unit
 
 NO_DWELL = JumpSuppressionConfig(min_dwell_s=0.0, up_dwell_s=0.0, blend_s=0.0)
+# The quality guards the defaults switch off: no step up on a busy machine or when confident.
+GUARDED = FeedbackControllerConfig(cpu_high=0.92, confidence_target=0.85)
 
 
 def run(sched: ResolutionScheduler, feedbacks: list[Feedback]) -> list[Decision]:
@@ -84,7 +88,7 @@ def test_article_rule_target_is_rate_limited_to_one_rung_per_change() -> None:
 
 
 def test_steps_down_one_rung_per_overloaded_snapshot_to_the_floor_then_roi_then_interval() -> None:
-    ctrl = FeedbackController()
+    ctrl = FeedbackController(FeedbackControllerConfig(roi_ratios=(0.6,)))
     sched = ResolutionScheduler(ctrl, NO_DWELL)
     ds = run(sched, [overload(float(t)) for t in range(14)])
     assert [d.rung_index for d in ds[:6]] == [1, 2, 3, 4, 5, 6]
@@ -109,7 +113,7 @@ def test_steps_back_up_when_load_clears_with_sustained_headroom() -> None:
 
 
 def test_does_not_step_up_when_confident_and_machine_busy() -> None:
-    sched = ResolutionScheduler(FeedbackController(), NO_DWELL)
+    sched = ResolutionScheduler(FeedbackController(GUARDED), NO_DWELL)
     run(sched, [overload(float(t)) for t in range(3)])
     start = sched.current.rung_index
     # Latency fine but CPU busy (another process) -> hold.
@@ -119,13 +123,13 @@ def test_does_not_step_up_when_confident_and_machine_busy() -> None:
 
 
 def test_low_confidence_pulls_resolution_up_when_there_is_headroom() -> None:
-    sched = ResolutionScheduler(FeedbackController(), NO_DWELL)
+    sched = ResolutionScheduler(FeedbackController(GUARDED), NO_DWELL)
     run(sched, [overload(float(t)) for t in range(4)])
     low_conf = Feedback(t_s=0.0, ocr_latency_s=0.1, cpu_util=0.8, ocr_confidence=0.5)
     ds = run(sched, [low_conf.at(10.0 + t) for t in range(6)])
     assert ds[-1].rung_index < 4
     # With high confidence and the machine moderately loaded, it stays (saves work).
-    sched2 = ResolutionScheduler(FeedbackController(), NO_DWELL)
+    sched2 = ResolutionScheduler(FeedbackController(GUARDED), NO_DWELL)
     run(sched2, [overload(float(t)) for t in range(4)])
     ok = low_conf.at(0.0, ocr_confidence=0.95)
     assert {d.rung_index for d in run(sched2, [ok.at(10.0 + t) for t in range(6)])} == {4}
@@ -182,6 +186,22 @@ def test_invalid_configs_are_rejected() -> None:
         JumpSuppressionConfig(min_dwell_s=0.2, blend_s=0.5)
 
 
-def test_make_controller_defaults_to_feedback() -> None:
-    assert isinstance(make_controller(), FeedbackController)
-    assert isinstance(make_controller(ArticleRuleConfig()), ArticleRule)
+def test_make_controller_builds_the_controller_a_config_describes() -> None:
+    ladder = Ladder.from_max(1280)
+    ctrl = make_controller(FeedbackControllerConfig(start_rung=2), ladder)
+    assert isinstance(ctrl, FeedbackController) and ctrl.ladder is ladder
+    assert ctrl.initial().rung_index == 2
+    rule = make_controller(ArticleRuleConfig(), ladder)
+    assert isinstance(rule, ArticleRule) and rule.ladder is ladder
+    with pytest.raises(ConfigError):
+        make_controller(JumpSuppressionConfig(), ladder)  # type: ignore[arg-type]
+
+
+def test_default_controller_climbs_whenever_the_budget_allows() -> None:
+    """The shipped defaults use the budget: confident reads on a busy machine still step up
+    while the next rung is predicted to fit (the latency already contains the contention)."""
+    sched = ResolutionScheduler(FeedbackController(), NO_DWELL)
+    run(sched, [overload(float(t)) for t in range(3)])
+    busy = Feedback(t_s=0.0, ocr_latency_s=0.1, cpu_util=1.0, ocr_confidence=0.99)
+    ds = run(sched, [busy.at(10.0 + t) for t in range(8)])
+    assert ds[-1].rung_index == 0

@@ -27,6 +27,8 @@ def test_align_rounds_to_nearest_32_ties_down() -> None:
     assert align_px(720) == 704
     assert align_px(735) == 736
     assert align_px(3) == 32
+    assert align_px(752) == 736 and align_px(752, ties="even") == 768  # rapidocr's round()
+    assert align_px(720, ties="even") == 704 and align_px(3, ties="even") == 32
     with pytest.raises(ConfigError):
         align_px(0)
 

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from torch import nn
 
 from streamfuse.errors import ConfigError
-from streamfuse.vision.st_adapter import (
+from tools.st_adapter import (
     AlignmentResolutionConfig,
     SpatioTemporalAdapter,
     alignment_grad_norms,

@@ -14,7 +14,9 @@ from streamfuse.frames import EventFrame, Frame
 from streamfuse.pipeline import OverloadPolicy, Pipeline
 from streamfuse.pipeline.source import Source
 from streamfuse.sinks import CollectSink
+from streamfuse.testing import run_stage, run_virtual
 from streamfuse.vision import (
+    FixedPolicy,
     FixedResolution,
     KeyFrame,
     OcrConfig,
@@ -30,7 +32,7 @@ from streamfuse.vision import (
     reading_order,
     same_text_state,
 )
-from streamfuse.vision.ocr import _StreamText, clean_lines
+from streamfuse.vision.ocr import clean_lines
 
 pytestmark = pytest.mark.unit
 
@@ -173,15 +175,10 @@ def key(i: int, t: float, *, w: int = 1280, h: int = 720) -> KeyFrame:
     )
 
 
-async def run_stage(stage: OcrStage, keys: list[KeyFrame]) -> list[EventFrame]:
-    await stage.setup()
-    out: list[EventFrame] = []
-    for k in keys:
-        async for f in stage.process(k):
-            assert isinstance(f, EventFrame)
-            out.append(f)
-    stage._shutdown_executor()
-    return out
+async def read_keys(stage: OcrStage, keys: list[KeyFrame]) -> list[EventFrame]:
+    out = await run_stage(stage, keys)
+    assert all(isinstance(f, EventFrame) for f in out), out
+    return [f for f in out if isinstance(f, EventFrame)]
 
 
 def test_stage_emits_one_event_per_distinct_text_state() -> None:
@@ -190,7 +187,7 @@ def test_stage_emits_one_event_per_distinct_text_state() -> None:
     slide_b = [line("Title B", 100, 50, 600, 110)]
     engine = ScriptedEngine([slide_a, slide_a_noisy, slide_b, []])
     stage = OcrStage(engine=engine)
-    events = asyncio.run(run_stage(stage, [key(0, 0.0), key(30, 1.0), key(60, 2.0), key(90, 3.0)]))
+    events = asyncio.run(read_keys(stage, [key(0, 0.0), key(30, 1.0), key(60, 2.0), key(90, 3.0)]))
     assert engine.loaded
     assert [e.payload.fields()["text"] for e in events] == ["Title A\nfirst point", "Title B", ""]
     first = events[0]
@@ -237,7 +234,7 @@ def test_policy_chooses_resolution_and_roi_and_sees_feedback() -> None:
     k0 = key(0, 0.0)
     k0 = KeyFrame(**{**_fields(k0), "reason": "first"})
     k1 = KeyFrame(**{**_fields(key(30, 1.0)), "changed_bbox": (80, 380, 700, 460)})
-    events = asyncio.run(run_stage(stage, [k0, k1]))
+    events = asyncio.run(read_keys(stage, [k0, k1]))
     # 320 px for the 1280-px frame is a 1/4 scale: the 620x80 ROI is detected at 155 px.
     assert [c.det_max_side_px for c in engine.calls] == [640, 155]
     assert engine.calls[1].shape == (80, 620, 3)  # only the ROI was read
@@ -252,18 +249,20 @@ def test_policy_chooses_resolution_and_roi_and_sees_feedback() -> None:
 
 
 def test_content_crop_reads_only_the_content_and_drops_nothing_outside() -> None:
-    engine = ScriptedEngine([[line("Only text", 10, 10, 310, 50)]])
+    old = [line("old text", 900, 600, 1200, 650)]
+    engine = ScriptedEngine([old, [line("Only text", 10, 10, 310, 50)]])
     policy = FixedResolution(960, content_crop=True)
     stage = OcrStage(engine=engine, policy=policy)
-    # A previous reading had a line outside the new content region: with a content crop
+    # The first reading has a line outside the next content region: with a content crop
     # nothing can be there any more, so it is not carried over.
-    stage._streams["main"] = _StreamText(lines=[line("old text", 900, 600, 1200, 650)])
+    k0 = KeyFrame(**{**_fields(key(0, 0.0)), "content_bbox": (0, 0, 1280, 720)})
     k1 = KeyFrame(**{**_fields(key(30, 1.0)), "content_bbox": (100, 200, 740, 440)})
-    events = asyncio.run(run_stage(stage, [k1]))
-    assert engine.calls[0].shape == (240, 640, 3)
-    assert engine.calls[0].det_max_side_px == 480  # the frame's 0.75 scale applied to 640 px
-    assert [ln["text"] for ln in events[0].payload.fields()["lines"]] == ["Only text"]
-    assert events[0].payload.fields()["lines"][0]["box"] == [110, 210, 410, 250]
+    events = asyncio.run(read_keys(stage, [k0, k1]))
+    assert [ln["text"] for ln in events[0].payload.fields()["lines"]] == ["old text"]
+    assert engine.calls[1].shape == (240, 640, 3)
+    assert engine.calls[1].det_max_side_px == 480  # the frame's 0.75 scale applied to 640 px
+    assert [ln["text"] for ln in events[1].payload.fields()["lines"]] == ["Only text"]
+    assert events[1].payload.fields()["lines"][0]["box"] == [110, 210, 410, 250]
     blank = KeyFrame(**{**_fields(key(0, 0.0)), "content_bbox": None})
     assert policy.plan(blank).roi is None
 
@@ -292,9 +291,9 @@ def test_min_interval_lets_a_newer_key_frame_replace_a_waiting_one() -> None:
     sink = CollectSink()
     keys = [key(i, i / 30) for i in range(6)]  # six key frames within ~60 ms
     pipe = Pipeline().link(Keys(keys), stage, policy=OverloadPolicy.LATEST_ONLY).link(stage, sink)
-    asyncio.run(pipe.run())
+    run_virtual(pipe.run())
     events = sink.of_type("ocr")
-    assert len(engine.calls) < 6
+    assert len(engine.calls) == 2  # key 0 at once; keys 1-5 within 0.2 s collapse to key 5
     assert events[0]["text"] == "slide 0"
     assert events[-1]["frame_index"] == 5  # the newest picture was read in the end
 
@@ -317,14 +316,14 @@ def test_engine_failure_becomes_an_error_event_and_the_stage_goes_on() -> None:
     stage = OcrStage(engine=engine)
     sink = CollectSink()
     pipe = Pipeline().link(Keys("keys"), stage, policy=OverloadPolicy.LATEST_ONLY).link(stage, sink)
-    asyncio.run(pipe.run())
+    run_virtual(pipe.run())
     assert [r["type"] for r in sink.records] == ["error", "ocr"]
     assert "onnxruntime exploded" in sink.records[0]["message"]
     assert sink.records[1]["text"] == "still here"
 
 
 def test_stage_accepts_the_vision_config() -> None:
-    cfg = VisionConfig(ocr=OcrConfig(det_max_side_px=640, min_conf=0.7))
+    cfg = VisionConfig(ocr=OcrConfig(min_conf=0.7), policy=FixedPolicy(det_max_side_px=640))
     stage = OcrStage(cfg, engine=ScriptedEngine([]))
     assert stage.config.min_conf == 0.7
     assert stage.policy.plan(key(0, 0.0)).det_max_side_px == 640
@@ -337,3 +336,30 @@ def test_plan_validation() -> None:
         OcrPlan(det_max_side_px=8)
     with pytest.raises(ConfigError):
         OcrPlan(roi=(10, 10, 5, 20))
+
+
+def test_auto_precision_is_one_rule_for_the_stage_and_the_app() -> None:
+    from streamfuse.app import StreamfuseConfig, share_cores
+    from streamfuse.vision.ocr import RapidOcrEngine
+
+    auto = OcrConfig()
+    assert auto.resolve_precision(1) == "fp32" and auto.resolve_precision(4) == "int8"
+    assert OcrConfig(precision="int8").resolve_precision(1) == "int8"
+    assert OcrConfig(precision="fp32").resolve_precision(4) == "fp32"
+    # A stage built on its own reads one stream: the FP32 a single-stream job of the app loads
+    # (it used to mean INT8 in the library and FP32 in the app).
+    assert RapidOcrEngine(auto).precision == "fp32"
+    assert RapidOcrEngine(auto, streams=3).precision == "int8"
+    for n in (1, 4):
+        resolved = share_cores(StreamfuseConfig(), n)[0].ocr
+        assert RapidOcrEngine(resolved).precision == RapidOcrEngine(auto, streams=n).precision
+
+
+def test_detector_size_follows_rapidocr_rounding() -> None:
+    from streamfuse.vision.ocr import _det_size
+
+    # rapidocr rounds each side with Python's round(), ties to even: 752 / 32 = 23.5 -> 24
+    # (768) but 400 / 32 = 12.5 -> 12 (384).
+    assert _det_size(752, 400, 960) == (768, 384)
+    assert _det_size(1280, 720, 960) == (960, 544)
+    assert _det_size(3, 2, 960) == (32, 32)

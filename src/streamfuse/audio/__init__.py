@@ -1,4 +1,4 @@
-"""Audio path: Silero VAD, streaming Whisper ASR with a LocalAgreement commit policy, WER.
+"""Audio path: Silero VAD, streaming Whisper ASR with a LocalAgreement commit policy.
 
 `AsrStage` consumes 20 ms `AudioFrame`s and emits `asr_partial` and committed `asr` events;
 `resolve_whisper_model` maps ``tiny.en`` / ``base`` / a path to a local CTranslate2 folder.

@@ -26,13 +26,12 @@ from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
 from streamfuse.audio.vad import GateEvent, SileroVad, SpeechGate, VadChunk
 from streamfuse.errors import StageError
 from streamfuse.events import AsrPartialPayload, AsrPayload, AsrWord
-from streamfuse.frames import AudioFrame, EventFrame, Frame, now_wall
+from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, AudioFrame, EventFrame, Frame, now_wall
 from streamfuse.pipeline.stage import Stage
 from streamfuse.telemetry.metrics import instruments
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16_000
 _MAX_GAP_FILL_S = 5.0
 _TAIL_S = 1.5
 
@@ -88,9 +87,10 @@ class AsrStage(Stage):
 
     async def process(self, frame: Frame) -> AsyncIterator[Frame]:
         assert isinstance(frame, AudioFrame)
-        if frame.sample_rate != SAMPLE_RATE:
+        if frame.sample_rate != AUDIO_SAMPLE_RATE_HZ:
             raise StageError(
-                f"audio at {frame.sample_rate} Hz: the ASR stage expects {SAMPLE_RATE} Hz mono"
+                f"audio at {frame.sample_rate} Hz: "
+                f"the ASR stage expects {AUDIO_SAMPLE_RATE_HZ} Hz mono"
             )
         assert self._vad is not None, "setup() not run"
         if self._buf_t0 is not None and frame.stream_id != self._stream_id:
@@ -221,8 +221,8 @@ class AsrStage(Stage):
         """Recognise the buffer up to media time `until`; words in media time, guarded."""
         assert self._transcriber is not None and self._buf_t0 is not None
         t0 = self._buf_t0
-        n = min(self._n, max(0, round((until - t0) * SAMPLE_RATE)))
-        if n < SAMPLE_RATE // 10:
+        n = min(self._n, max(0, round((until - t0) * AUDIO_SAMPLE_RATE_HZ)))
+        if n < AUDIO_SAMPLE_RATE_HZ // 10:
             return []
         audio = self._audio()[:n]
         prompt = self._prompt()
@@ -233,12 +233,13 @@ class AsrStage(Stage):
         log.debug(
             "transcribed %.2f-%.2f s in %.2f s: %s",
             t0,
-            t0 + n / SAMPLE_RATE,
+            t0 + n / AUDIO_SAMPLE_RATE_HZ,
             time.perf_counter() - started,
             join_words(raw),
         )
-        end = t0 + n / SAMPLE_RATE
-        raw = _drop_trailing_hallucination(raw, n / SAMPLE_RATE, self.config.trailing_word_min_p)
+        span_s = n / AUDIO_SAMPLE_RATE_HZ
+        end = t0 + span_s
+        raw = _drop_trailing_hallucination(raw, span_s, self.config.trailing_word_min_p)
         words = []
         for w in raw:
             w = Word(w.word, w.t_start + t0, min(w.t_end + t0, end), w.p)
@@ -287,7 +288,7 @@ class AsrStage(Stage):
     # -- buffers --------------------------------------------------------------------------
     @property
     def _buf_end(self) -> float:
-        return (self._buf_t0 or 0.0) + self._n / SAMPLE_RATE
+        return (self._buf_t0 or 0.0) + self._n / AUDIO_SAMPLE_RATE_HZ
 
     def _append(self, frame: AudioFrame) -> np.ndarray:
         """Add a window to the buffer (filling a gap with silence); return what VAD must see."""
@@ -300,11 +301,11 @@ class AsrStage(Stage):
         else:
             gap = frame.t_media - self._buf_end
             if gap > 0.01:
-                fill = np.zeros(round(min(gap, _MAX_GAP_FILL_S) * SAMPLE_RATE), np.float32)
+                fill = np.zeros(round(min(gap, _MAX_GAP_FILL_S) * AUDIO_SAMPLE_RATE_HZ), np.float32)
                 samples = np.concatenate([fill, samples])
         self._chunks.append(samples)
         self._n += len(samples)
-        self.audio_s += len(samples) / SAMPLE_RATE
+        self.audio_s += len(samples) / AUDIO_SAMPLE_RATE_HZ
         self._arr_t.append(self._buf_end)
         self._arr_wall.append(frame.arrival_wall)
         if len(self._arr_t) > 6000:  # 2 min of windows: drop the older half
@@ -319,13 +320,13 @@ class AsrStage(Stage):
     def _cut(self, t: float) -> None:
         """Drop buffered audio before media time `t`."""
         assert self._buf_t0 is not None
-        k = min(self._n, max(0, round((t - self._buf_t0) * SAMPLE_RATE)))
+        k = min(self._n, max(0, round((t - self._buf_t0) * AUDIO_SAMPLE_RATE_HZ)))
         if k == 0:
             return
         audio = self._audio()[k:]
         self._chunks = [audio] if len(audio) else []
         self._n = len(audio)
-        self._buf_t0 += k / SAMPLE_RATE
+        self._buf_t0 += k / AUDIO_SAMPLE_RATE_HZ
 
     def _keep_context(self) -> None:
         """Between utterances: keep the newest whole utterances within `context_s` (Whisper
@@ -339,7 +340,7 @@ class AsrStage(Stage):
             self._cut(ends[0])
             return
         pad = self.config.speech_pad_s + 0.1
-        if self._n > 2 * pad * SAMPLE_RATE:
+        if self._n > 2 * pad * AUDIO_SAMPLE_RATE_HZ:
             self._cut(self._buf_end - pad)
 
     def _arrival_of(self, t: float) -> float:

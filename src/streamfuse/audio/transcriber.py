@@ -21,10 +21,10 @@ from streamfuse.audio.config import AsrConfig
 from streamfuse.audio.models import resolve_whisper_model
 from streamfuse.audio.policy import Word
 from streamfuse.errors import ModelError
+from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16_000
 _FRAMES_PER_S = 100  # Whisper log-mel frames per second
 _FULL_FRAMES = 3000
 _MAX_TOKENS_PER_S = 8
@@ -81,7 +81,7 @@ class WhisperTranscriber(Transcriber):
         """Mel frames the encoder sees for a buffer of `n_samples` (None: the full 30 s)."""
         if not fast:
             return None
-        seconds = n_samples / SAMPLE_RATE + self.config.context_pad_s
+        seconds = n_samples / AUDIO_SAMPLE_RATE_HZ + self.config.context_pad_s
         frames = int(math.ceil(seconds)) * _FRAMES_PER_S  # whole seconds: few distinct shapes
         return frames if frames < _FULL_FRAMES else None
 
@@ -108,7 +108,7 @@ class WhisperTranscriber(Transcriber):
             no_speech_threshold=None,
             # Speech rarely exceeds ~5 tokens/s: the bound stops a degenerate repetition loop
             # early instead of decoding hundreds of tokens of it.
-            max_new_tokens=int(_MAX_TOKENS_PER_S * len(audio) / SAMPLE_RATE) + 16,
+            max_new_tokens=int(_MAX_TOKENS_PER_S * len(audio) / AUDIO_SAMPLE_RATE_HZ) + 16,
         )
         words: list[Word] = []
         for seg in segments:
@@ -124,7 +124,7 @@ class WhisperTranscriber(Transcriber):
                 if Word(w.word, 0.0, 0.0).key:  # not punctuation alone
                     words.append(Word(w.word, float(w.start), float(w.end), float(w.probability)))
         self.calls += 1
-        self.audio_s += len(audio) / SAMPLE_RATE
+        self.audio_s += len(audio) / AUDIO_SAMPLE_RATE_HZ
         return words
 
 

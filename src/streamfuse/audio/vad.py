@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 
 from streamfuse.errors import ModelError
+from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ
+from streamfuse.models import ort_session_options
 
-SAMPLE_RATE = 16_000
 CHUNK = 512
 _CONTEXT = 64
 
@@ -48,11 +49,8 @@ class SileroVad:
     def __init__(self, path: Path | None = None) -> None:
         import onnxruntime
 
-        opts = onnxruntime.SessionOptions()
         # One chunk is ~0.1 ms of work: more threads only add contention with the ASR model.
-        opts.inter_op_num_threads = 1
-        opts.intra_op_num_threads = 1
-        opts.log_severity_level = 4
+        opts = ort_session_options(intra_op_threads=1, inter_op_threads=1)
         model = path or silero_model_path()
         try:
             self._session: Any = onnxruntime.InferenceSession(
@@ -83,7 +81,7 @@ class SileroVad:
             )
             self._context = chunk[-_CONTEXT:]
             t0 = self._t_next
-            self._t_next = t0 + CHUNK / SAMPLE_RATE
+            self._t_next = t0 + CHUNK / AUDIO_SAMPLE_RATE_HZ
             out.append(VadChunk(t0, self._t_next, float(np.asarray(prob).reshape(-1)[0])))
         self._pending = pending[n * CHUNK :]
         return out

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from streamfuse.events import AsrPayload, OcrPayload
 from streamfuse.frames import ContextFrame, EventFrame, Frame, TextFrame
 from streamfuse.pipeline.stage import Stage
+from streamfuse.text import collapse_whitespace
 
 
 class TimelineConfig(BaseModel):
@@ -70,7 +71,7 @@ class TimelineStage(Stage):
         else:
             return  # not part of the timeline (partial hypotheses, answers, ...)
         st = self._streams.setdefault(frame.stream_id, _Stream())
-        text = " ".join(payload.text.split())
+        text = collapse_whitespace(payload.text)
         line: str | None = None
         if text and not (is_slide and text == st.last_slide):
             if is_slide:

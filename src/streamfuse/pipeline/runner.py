@@ -165,7 +165,7 @@ class Pipeline:
         watch_queues(self)
         for stage in self._stages:
             await stage.setup()
-        self.started_wall = time.monotonic()
+        self.started_wall = now_wall()
         for stage in self._stages:
             stage.started_wall = self.started_wall
         self._notify("on_start", self.started_wall)
@@ -176,7 +176,7 @@ class Pipeline:
                 for source in self._sources:
                     tg.create_task(self._pump(source), name=f"source:{source.name}")
         finally:
-            self.finished_wall = time.monotonic()
+            self.finished_wall = now_wall()
             for stage in self._stages:
                 # Teardown may still need the stage's worker thread (closing a model on it).
                 try:

@@ -17,11 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
-import numpy as np
-
 from streamfuse.frames import Frame
 from streamfuse.pipeline.observer import FrameProcessed, FramesDropped, Observer
 from streamfuse.pipeline.queues import FrameQueue, OverloadPolicy
+from streamfuse.stats import percentiles
 from streamfuse.telemetry.metrics import instruments
 
 T = TypeVar("T")
@@ -41,8 +40,7 @@ class StageStats:
     def latency_quantiles_ms(self) -> dict[str, float]:
         if not self.recent_latency_s:
             return {"p50": 0.0, "p95": 0.0}
-        arr = np.asarray(self.recent_latency_s) * 1000.0
-        return {"p50": float(np.percentile(arr, 50)), "p95": float(np.percentile(arr, 95))}
+        return percentiles(1000.0 * s for s in self.recent_latency_s)
 
     def snapshot(self) -> dict[str, Any]:
         return {

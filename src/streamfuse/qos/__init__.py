@@ -1,7 +1,8 @@
 """Quality of service: resolution ladder, feedback controllers and jump suppression.
 
-The vision path asks a `ResolutionScheduler` (controller + `JumpSuppressor`) which rung, ROI
-ratio and OCR interval to use, and feeds it `Feedback` snapshots.
+Domain-free control parts: a `ResolutionScheduler` (controller + `JumpSuppressor`) says which
+rung, ROI ratio and interval to use and is fed `Feedback` snapshots. The vision policy that
+drives it lives in `streamfuse.vision.adaptive`; nothing here imports a model package.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from streamfuse.qos.controllers import (
     ResolutionController,
     make_controller,
 )
-from streamfuse.qos.feedback import Feedback, FeedbackTracker, SystemProbe
+from streamfuse.qos.feedback import Feedback, FeedbackTracker, GpuStats, PsutilProbe, SystemProbe
 from streamfuse.qos.ladder import DEFAULT_LADDER, Ladder, Rung, align_px
 from streamfuse.qos.smoothing import (
     JitterMeter,
@@ -36,10 +37,12 @@ __all__ = [
     "FeedbackController",
     "FeedbackControllerConfig",
     "FeedbackTracker",
+    "GpuStats",
     "JitterMeter",
     "JumpSuppressionConfig",
     "JumpSuppressor",
     "Ladder",
+    "PsutilProbe",
     "ResolutionController",
     "ResolutionScheduler",
     "Rung",

@@ -10,6 +10,8 @@ controller always steps from what is really running. Two controllers ship:
   accelerator utilization > 85% -> 1280x720 with ROI ratio 0.6, else 1920x1080.
 - `FeedbackController` (default) - a latency-budget loop with hysteresis over one degradation
   scale: rungs first, then the ROI, then the OCR interval.
+
+`make_controller(config, ladder)` builds the controller a config describes.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -85,7 +87,6 @@ class ArticleRuleConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["article"] = "article"
     asr_latency_threshold_s: float = Field(
         0.300, gt=0.0, le=10.0, description="Degrade only when ASR latency is above this (s)."
     )
@@ -167,7 +168,6 @@ class FeedbackControllerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["feedback"] = "feedback"
     budget_s: float = Field(
         1.0, gt=0.0, le=60.0, description="OCR event latency budget (arrival to result), s."
     )
@@ -189,12 +189,13 @@ class FeedbackControllerConfig(BaseModel):
         1, ge=0, le=1000, description="Overload when more key frames than this wait for OCR."
     )
     cpu_high: float = Field(
-        0.92,
+        1.0,
         ge=0.0,
         le=1.0,
         description="Accelerator (GPU, else CPU) utilization above which the controller never "
-        "steps up: the machine has no room for more work even if this stream's latency is "
-        "fine.",
+        "steps up. 1.0 (default): never; the latency measured already contains contention, "
+        "and a machine-wide figure near 100% (other programs, the job's own bursts) must not "
+        "pin a stream low whose reads fit the budget.",
     )
     cpu_idle: float = Field(
         0.6,
@@ -204,11 +205,13 @@ class FeedbackControllerConfig(BaseModel):
         "confidence is fine (nothing to save), when `quality_when_idle`.",
     )
     confidence_target: float = Field(
-        0.85,
+        1.0,
         ge=0.0,
         le=1.0,
         description="Step up (given headroom) while OCR confidence is below this: low "
-        "confidence suggests text too small for the current rung.",
+        "confidence suggests text too small for the current rung. 1.0 (default): use the "
+        "budget, climb whenever the next setting is predicted to fit (slides read at 0.95+ "
+        "even while small text is being lost).",
     )
     quality_when_idle: bool = Field(
         True, description="Return to full resolution when the machine is idle."
@@ -217,7 +220,7 @@ class FeedbackControllerConfig(BaseModel):
         1, ge=1, le=100, description="Consecutive overloaded snapshots before stepping down."
     )
     up_after: int = Field(
-        3, ge=1, le=100, description="Consecutive snapshots with headroom before stepping up."
+        2, ge=1, le=100, description="Consecutive snapshots with headroom before stepping up."
     )
     top_rung: int = Field(0, ge=0, le=31, description="Largest rung used (ladder index).")
     floor_rung: int | None = Field(
@@ -227,8 +230,10 @@ class FeedbackControllerConfig(BaseModel):
         None, ge=0, le=31, description="Rung to start at; None: `top_rung`."
     )
     roi_ratios: tuple[Annotated[float, Field(gt=0.0, lt=1.0)], ...] = Field(
-        (0.6,),
-        description="ROI ratios tried, in order, once at the floor rung (largest first).",
+        (),
+        description="ROI ratios tried, in order, once at the floor rung (largest first). "
+        "Empty (default): the region read comes from the picture (changed / content region), "
+        "the controller never cuts into it.",
     )
     base_interval_s: float = Field(
         0.0, ge=0.0, le=60.0, description="OCR interval when not overloaded, s."
@@ -376,17 +381,11 @@ class FeedbackController(ResolutionController):
         return self._decision(level, "hold: between water marks" if not busy else "hold: busy")
 
 
-ControllerConfig = Annotated[
-    ArticleRuleConfig | FeedbackControllerConfig, Field(discriminator="kind")
-]
-
-
 def make_controller(
-    config: ArticleRuleConfig | FeedbackControllerConfig | None = None,
-    ladder: Ladder = DEFAULT_LADDER,
+    config: ArticleRuleConfig | FeedbackControllerConfig, ladder: Ladder = DEFAULT_LADDER
 ) -> ResolutionController:
-    """The controller for a config; the default is `FeedbackController`."""
-    if config is None or isinstance(config, FeedbackControllerConfig):
+    """The controller a config describes: `ArticleRule` or `FeedbackController`."""
+    if isinstance(config, FeedbackControllerConfig):
         return FeedbackController(config, ladder)
     if isinstance(config, ArticleRuleConfig):
         return ArticleRule(config, ladder)

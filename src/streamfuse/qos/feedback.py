@@ -2,8 +2,9 @@
 
 `Feedback` is one immutable snapshot per decision: OCR latency against its budget, the OCR input
 backlog and drops, machine load (CPU via psutil, GPU via NVML when `pynvml` is importable and a
-GPU is present, else None), OCR confidence and ASR latency. `SystemProbe` samples the load
-without blocking; `FeedbackTracker` turns per-read OCR observations into snapshots.
+GPU is present, else None), OCR confidence and ASR latency. A `SystemProbe` samples the load
+without blocking (`PsutilProbe` is the default one); `FeedbackTracker` turns per-read OCR
+observations into snapshots.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from streamfuse.errors import ConfigError
 
@@ -78,8 +79,21 @@ class GpuStats:
     mem_util: float
 
 
-class SystemProbe:
-    """Non-blocking machine load: CPU via psutil, GPU 0 via NVML when available.
+@runtime_checkable
+class SystemProbe(Protocol):
+    """Machine load, sampled without blocking (called per key frame on the event loop)."""
+
+    def cpu(self) -> float:
+        """Machine-wide CPU utilization in [0, 1]."""
+        ...
+
+    def gpu(self) -> GpuStats | None:
+        """GPU utilization and memory use; None when no GPU is measured."""
+        ...
+
+
+class PsutilProbe:
+    """The default `SystemProbe`: CPU via psutil, GPU 0 via NVML when available.
 
     `pynvml` is optional: when it cannot be imported or no GPU answers, `gpu()` returns None and
     controllers fall back to CPU utilization.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from streamfuse.errors import ConfigError
 
@@ -20,16 +21,18 @@ ALIGN_PX = 32
 DEFAULT_WIDTHS_PX: tuple[int, ...] = (1920, 1600, 1280, 1024, 960, 800, 640)
 
 
-def align_px(value: float, align: int = ALIGN_PX) -> int:
-    """Round `value` to the nearest multiple of `align` (ties go down), at least `align`.
+def align_px(value: float, align: int = ALIGN_PX, *, ties: Literal["down", "even"] = "down") -> int:
+    """Round `value` to the nearest multiple of `align`, at least `align`.
 
-    Ties go down so that 720 -> 704 and 360 -> 352 (the conventional 16:9 rungs).
+    `ties="down"` (default) makes 720 -> 704 and 360 -> 352 (the conventional 16:9 rungs);
+    `ties="even"` is Python's `round`, which is how rapidocr sizes its detector input.
     """
     if align <= 0:
         raise ConfigError(f"align must be positive, got {align}")
     if not math.isfinite(value) or value <= 0:
         raise ConfigError(f"size must be a positive finite number, got {value}")
-    return max(align, math.ceil(value / align - 0.5) * align)
+    steps = round(value / align) if ties == "even" else math.ceil(value / align - 0.5)
+    return max(align, steps * align)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,9 +137,6 @@ class Ladder:
 
     def clamp(self, index: int) -> int:
         return min(max(index, 0), self.lowest)
-
-    def index_of(self, rung: Rung) -> int:
-        return self.rungs.index(rung)
 
     def nearest(self, width_px: int, height_px: int) -> int:
         """Index of the rung whose pixel count is closest (in log terms) to `width x height`."""

@@ -21,11 +21,11 @@ from streamfuse.events import EventType
 from streamfuse.frames import EventFrame
 from streamfuse.pipeline.observer import FrameEmitted, FramesDropped, Observer
 from streamfuse.pipeline.stage import Stage
-from streamfuse.qos.feedback import SystemProbe
+from streamfuse.qos.feedback import PsutilProbe, SystemProbe
 
 
-class SharedCpuProbe(SystemProbe):
-    """`SystemProbe` whose CPU figure is cached and safe to share between many callers.
+class SharedCpuProbe(PsutilProbe):
+    """A `SystemProbe` whose CPU figure is cached and safe to share between many callers.
 
     `cpu()` returns the machine-wide busy fraction over the window since the previous refresh;
     a refresh happens only once `period_s` has passed, so it is cheap to call per key frame.

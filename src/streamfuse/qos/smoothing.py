@@ -22,6 +22,7 @@ from rapidfuzz.distance import Levenshtein
 from streamfuse.qos.controllers import Decision, ResolutionController, make_decision
 from streamfuse.qos.feedback import Feedback
 from streamfuse.qos.ladder import ALIGN_PX, Ladder, align_px
+from streamfuse.text import collapse_whitespace
 
 
 class JumpSuppressionConfig(BaseModel):
@@ -212,7 +213,7 @@ def jitter_px_per_frame(sides_px: Sequence[float]) -> float:
 
 def text_similarity(a: str, b: str) -> float:
     """Normalized edit similarity in [0, 1] (1 = identical), whitespace-insensitive."""
-    a2, b2 = " ".join(a.split()), " ".join(b.split())
+    a2, b2 = collapse_whitespace(a), collapse_whitespace(b)
     if not a2 and not b2:
         return 1.0
     return float(Levenshtein.normalized_similarity(a2, b2))

@@ -21,13 +21,12 @@ import numpy as np
 
 from streamfuse.clock import DriftEstimator
 from streamfuse.errors import MediaDecodeError, SourceError
-from streamfuse.frames import AudioFrame, Frame, VideoFrame
+from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, AudioFrame, Frame, VideoFrame
 from streamfuse.pipeline.source import Pacer, Source
 
 log = logging.getLogger(__name__)
 
 _URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
-AUDIO_RATE = 16_000
 
 
 def is_url(location: str) -> bool:
@@ -56,7 +55,7 @@ class MediaSource(Source):
         self.pacer = Pacer(realtime)
         self.want_video = video
         self.want_audio = audio
-        self.window_samples = round(AUDIO_RATE * window_ms / 1000.0)
+        self.window_samples = round(AUDIO_SAMPLE_RATE_HZ * window_ms / 1000.0)
         self.open_timeout_s = open_timeout_s
         #: How far one stream may be decoded ahead of another while frames wait to go out in
         #: time order (bounds the memory held: ~45 frames of video at 30 fps).
@@ -170,7 +169,7 @@ class MediaSource(Source):
         if not streams:
             return
         t0 = c.start_time / av.time_base if c.start_time is not None else 0.0
-        resampler = av.AudioResampler(format="flt", layout="mono", rate=AUDIO_RATE)
+        resampler = av.AudioResampler(format="flt", layout="mono", rate=AUDIO_SAMPLE_RATE_HZ)
         carry = np.zeros(0, dtype=np.float32)
         audio_t0: float | None = None
         n_samples = 0
@@ -194,9 +193,10 @@ class MediaSource(Source):
                             audio_t0 = max(0.0, (decoded.time or 0.0) - t0)
                         if decoded.time is not None:
                             # One reading of both clocks: samples delivered so far vs the pts.
-                            queued = len(carry) / AUDIO_RATE
+                            queued = len(carry) / AUDIO_SAMPLE_RATE_HZ
                             self.audio_clock.update(
-                                audio_t0 + n_samples / AUDIO_RATE + queued, decoded.time - t0
+                                audio_t0 + n_samples / AUDIO_SAMPLE_RATE_HZ + queued,
+                                decoded.time - t0,
                             )
                         for out in resampler.resample(decoded):
                             carry = np.concatenate([carry, out.to_ndarray().reshape(-1)])
@@ -206,9 +206,10 @@ class MediaSource(Source):
                             n_samples += len(win)
                             n_windows += 1
         except av.error.FFmpegError as e:
-            where = f"after {n_video} video frames and {n_samples / AUDIO_RATE:.2f} s of audio"
+            audio_s = n_samples / AUDIO_SAMPLE_RATE_HZ
+            where = f"after {n_video} video frames and {audio_s:.2f} s of audio"
             raise MediaDecodeError(f"{self.location}: decoding failed {where}: {_reason(e)}") from e
-        last_t = max(n_video / (self.fps or 30.0), n_samples / AUDIO_RATE)
+        last_t = max(n_video / (self.fps or 30.0), n_samples / AUDIO_SAMPLE_RATE_HZ)
         if self.duration_s and last_t < self.duration_s - 1.0:
             raise MediaDecodeError(
                 f"{self.location}: stream ended at {last_t:.1f} s of {self.duration_s:.1f} s "
@@ -229,9 +230,9 @@ class MediaSource(Source):
     def _window(self, samples: np.ndarray, t0: float, n_before: int, index: int) -> AudioFrame:
         return AudioFrame(
             stream_id=self.stream_id,
-            t_media=max(0.0, self.audio_clock.to_reference(t0 + n_before / AUDIO_RATE)),
+            t_media=max(0.0, self.audio_clock.to_reference(t0 + n_before / AUDIO_SAMPLE_RATE_HZ)),
             samples=np.ascontiguousarray(samples, dtype=np.float32),
-            sample_rate=AUDIO_RATE,
+            sample_rate=AUDIO_SAMPLE_RATE_HZ,
             index=index,
         )
 
@@ -251,4 +252,4 @@ def _reason(e: BaseException) -> str:
     return str(msg).strip().rstrip(".")
 
 
-__all__ = ["AUDIO_RATE", "MediaSource", "is_url"]
+__all__ = ["MediaSource", "is_url"]

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 
 import numpy as np
 
-from streamfuse.frames import AudioFrame, Frame, VideoFrame
+from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, AudioFrame, Frame, VideoFrame
 from streamfuse.pipeline.source import Pacer, Source
 
 
@@ -23,7 +23,7 @@ class SyntheticSource(Source):
         fps: float = 30.0,
         size: tuple[int, int] = (320, 180),
         slide_s: float = 1.0,
-        sample_rate: int = 16_000,
+        sample_rate: int = AUDIO_SAMPLE_RATE_HZ,
         window_ms: float = 20.0,
         video: bool = True,
         audio: bool = True,

@@ -3,13 +3,23 @@
 `ChangeDetector` (VideoFrame -> KeyFrame, ~1 ms per frame) feeds `OcrStage` (KeyFrame -> one
 `ocr` event per distinct on-screen text state; link it with `OverloadPolicy.LATEST_ONLY`). The OCR
 stage asks a `ResolutionPolicy` per frame for the detector resolution, region of interest and
-interval, and reports what each read cost, so adaptive controllers plug in.
+interval, and reports what each read cost, so adaptive controllers plug in: `VisionConfig.policy`
+names one (`fixed | dynamic | article`) and `streamfuse.vision.adaptive.make_policy` builds it.
 """
 
 from __future__ import annotations
 
 from streamfuse.vision.change import ChangeDecision, ChangeDetector, ChangeTracker, thumbnail
-from streamfuse.vision.config import ChangeDetectorConfig, OcrConfig, VisionConfig
+from streamfuse.vision.config import (
+    ArticlePolicy,
+    ChangeDetectorConfig,
+    DynamicPolicy,
+    FixedPolicy,
+    OcrConfig,
+    PolicyConfig,
+    PolicyKind,
+    VisionConfig,
+)
 from streamfuse.vision.frames import BBox, KeyFrame
 from streamfuse.vision.layout import reading_order
 from streamfuse.vision.ocr import (
@@ -24,11 +34,14 @@ from streamfuse.vision.ocr import (
 from streamfuse.vision.policy import FixedResolution, OcrObservation, OcrPlan, ResolutionPolicy
 
 __all__ = [
+    "ArticlePolicy",
     "BBox",
     "ChangeDecision",
     "ChangeDetector",
     "ChangeDetectorConfig",
     "ChangeTracker",
+    "DynamicPolicy",
+    "FixedPolicy",
     "FixedResolution",
     "KeyFrame",
     "OcrConfig",
@@ -38,6 +51,8 @@ __all__ = [
     "OcrPlan",
     "OcrReading",
     "OcrStage",
+    "PolicyConfig",
+    "PolicyKind",
     "RapidOcrEngine",
     "ResolutionPolicy",
     "VisionConfig",

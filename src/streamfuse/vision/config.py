@@ -1,4 +1,6 @@
-"""Configuration of the vision path (change detection + OCR), validated with pydantic.
+"""Configuration of the vision path (change detection + OCR + resolution policy), validated
+with pydantic. `VisionConfig.policy` is one variant per policy kind (`fixed | dynamic |
+article`), each holding all of its own settings; the defaults here are the ones the app runs.
 
 Defaults are chosen to generalize across fonts, layouts, resolutions and mild video noise
 (thresholds are relative: fractions of the picture, grey levels of a resolution-independent
@@ -7,9 +9,12 @@ thumbnail, seconds rather than frames), not tuned to one clip.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from streamfuse.qos.controllers import ArticleRuleConfig, FeedbackControllerConfig
+from streamfuse.qos.smoothing import JumpSuppressionConfig
 
 
 class ChangeDetectorConfig(BaseModel):
@@ -91,23 +96,13 @@ class OcrConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    det_max_side_px: int = Field(
-        960,
-        ge=64,
-        le=4096,
-        description="Longest side of the text detector input for the default fixed policy "
-        "(rapidocr `Det.limit_type=max`, `Det.limit_side_len`). Recognition always reads "
-        "crops of the full-resolution frame, normalized to 48 px high by the recognizer.",
-    )
     precision: Literal["auto", "int8", "fp32"] = Field(
         "auto",
         description="Text detector precision. `int8`: a statically quantized copy of rapidocr's "
-        "detector shipped with streamfuse (`scripts/quantize_ocr.py`; ~1.6x less CPU per read, "
-        "same CER on held-out slides), used only while it matches the installed rapidocr model, "
-        "else FP32 with a warning. `fp32`: rapidocr's own model. `auto` (default): INT8 when "
-        "several streams share the machine (OCR reads are then the contended resource), FP32 "
-        "for a single stream (in single-stream live runs the INT8 detector's bursts coincided "
-        "with a higher ASR p95: 2.97-3.79 s vs 2.82-2.96 s over 3-4 runs each).",
+        "detector shipped with streamfuse (`scripts/quantize_ocr.py`), used only while it "
+        "matches the installed rapidocr model, else FP32 with a warning. `fp32`: rapidocr's own "
+        "model. `auto` (default): `resolve_precision`, INT8 when several streams share the "
+        "machine, FP32 for one (measurements: docs/adaptive-vision.md).",
     )
     rec_batch_size: int = Field(
         1,
@@ -172,21 +167,6 @@ class OcrConfig(BaseModel):
         "least this similarity (normalized Indel ratio, case- and whitespace-insensitive) "
         "and the same digits.",
     )
-    content_crop: bool = Field(
-        True,
-        description="Default policy: read only the key frame's content region (everything that "
-        "is not plain background, padded), at the frame's detector scale. Slides use 10-70% "
-        "of the picture, so this saves up to ~half the detector work; a busy background "
-        "simply yields the whole frame.",
-    )
-    min_interval_s: float = Field(
-        0.0,
-        ge=0.0,
-        le=60.0,
-        description="Minimum time between two OCR runs of one stream for the default policy "
-        "(0 = as often as key frames come). A newer key frame arriving during the wait "
-        "replaces the waiting one.",
-    )
     row_overlap: float = Field(
         0.5,
         gt=0.0,
@@ -202,6 +182,135 @@ class OcrConfig(BaseModel):
         "that separates two columns (reading order).",
     )
 
+    def resolve_precision(self, streams: int = 1) -> Literal["int8", "fp32"]:
+        """The detector precision to load for a job reading `streams` streams at once.
+
+        `auto` is INT8 when several streams share the machine (their OCR reads are then the
+        contended resource) and FP32 for one (single-stream live runs with INT8 showed a
+        higher ASR p95); an OCR stage built on its own counts as one stream.
+        """
+        if self.precision != "auto":
+            return self.precision
+        return "int8" if streams > 1 else "fp32"
+
+
+# ----------------------------------------------------------------------------------------------
+# Resolution policies: one variant per `kind`, each holding all of its own settings.
+
+PolicyKind = Literal["fixed", "dynamic", "article"]
+
+
+class FixedPolicy(BaseModel):
+    """The same detector resolution and interval for every key frame, feedback ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["fixed"] = "fixed"
+    det_max_side_px: int = Field(
+        960,
+        ge=64,
+        le=4096,
+        description="Longest side of the text detector input (rapidocr `Det.limit_type=max`, "
+        "`Det.limit_side_len`); frames are scaled down to it, never up. Recognition always "
+        "reads crops of the full-resolution frame.",
+    )
+    content_crop: bool = Field(
+        True,
+        description="Read only the key frame's content region (everything that is not plain "
+        "background), at the frame's detector scale: no text can lie outside it. A busy "
+        "background simply yields the whole frame.",
+    )
+    min_interval_s: float = Field(
+        0.0,
+        ge=0.0,
+        le=60.0,
+        description="Minimum time between two OCR reads of one stream (0 = as often as key "
+        "frames come). A newer key frame arriving during the wait replaces the waiting one.",
+    )
+
+
+class _AdaptivePolicy(BaseModel):
+    """What the feedback-driven policies share: jump suppression, latency smoothing, ROI."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    suppression: JumpSuppressionConfig = Field(
+        default_factory=JumpSuppressionConfig, description="Dwell, rate limit, blend (F16)."
+    )
+    latency_alpha: float = Field(
+        0.6,
+        gt=0.0,
+        le=1.0,
+        description="Weight of the newest read in the latency average the controller sees.",
+    )
+    roi_focus: bool = Field(
+        True,
+        description="Read the smaller of the key frame's content region and its changed "
+        "region plus a margin (lines outside a changed region are carried over). False: the "
+        "changed region, padded and shrunk to the decision's ROI ratio.",
+    )
+    roi_margin_frac: float = Field(
+        0.03,
+        ge=0.0,
+        le=0.5,
+        description="Margin added around the changed region, as a fraction of the frame's "
+        "short side (the change detector's region is already padded by one thumbnail cell).",
+    )
+    whole_frame_above: float = Field(
+        0.8,
+        gt=0.0,
+        le=1.0,
+        description="Read the whole frame when the padded changed region covers at least "
+        "this fraction of it (a new slide: cropping would save little).",
+    )
+
+
+class DynamicPolicy(_AdaptivePolicy):
+    """The default: a feedback controller steering each stream to the OCR latency budget."""
+
+    kind: Literal["dynamic"] = "dynamic"
+    controller: FeedbackControllerConfig = Field(
+        default_factory=FeedbackControllerConfig,
+        description="The latency-budget controller (`controller.budget_s` is the OCR latency "
+        "budget). Rung indices refer to the ladder clipped to the frame; offline (not "
+        "realtime) the OCR interval stays at `base_interval_s`: a lossless input would only "
+        "skip key frames.",
+    )
+    start_side_px: int | None = Field(
+        640,
+        ge=32,
+        le=8192,
+        description="Detector long side each stream starts at (nearest rung of its ladder, "
+        "within the controller's top and floor rungs): a slow start, the first reads are cheap "
+        "whatever the load and the controller climbs while the budget allows. None: start at "
+        "`controller.start_rung`. Setting both is an error.",
+    )
+
+    @model_validator(mode="after")
+    def _one_start(self) -> DynamicPolicy:
+        if self.start_side_px is not None and self.controller.start_rung is not None:
+            raise ValueError("give start_side_px or controller.start_rung, not both")
+        return self
+
+
+class ArticlePolicy(_AdaptivePolicy):
+    """The article's F15 rule: degrade on high ASR latency, low confidence and a busy machine."""
+
+    kind: Literal["article"] = "article"
+    rule: ArticleRuleConfig = Field(
+        default_factory=ArticleRuleConfig,
+        description="Thresholds, the two sizes, the ROI ratio and the OCR interval of the rule.",
+    )
+    scale_to_frame: bool = Field(
+        True,
+        description="Read the rule's 1920x1080 / 1280x720 as 'native size / two thirds of it', "
+        "so the rule also degrades streams that are not 1080p (replaces the rule's sizes).",
+    )
+
+
+PolicyConfig = Annotated[FixedPolicy | DynamicPolicy | ArticlePolicy, Field(discriminator="kind")]
+"""How OCR chooses resolution, region and interval per key frame (`VisionConfig.policy`)."""
+
 
 class VisionConfig(BaseModel):
     """The vision path: change detection feeding OCR."""
@@ -210,6 +319,13 @@ class VisionConfig(BaseModel):
 
     change: ChangeDetectorConfig = Field(default_factory=ChangeDetectorConfig)
     ocr: OcrConfig = Field(default_factory=OcrConfig)
+    policy: PolicyConfig = Field(
+        default_factory=DynamicPolicy,
+        description="Resolution policy: `dynamic` (default: feedback controller on the OCR "
+        "latency budget, changed-region ROI, jump suppression), `fixed` (one detector side, "
+        "content region) or `article` (the article's F15 rule). Comparison: "
+        "docs/adaptive-vision.md.",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> VisionConfig:
@@ -220,4 +336,13 @@ class VisionConfig(BaseModel):
         return self
 
 
-__all__ = ["ChangeDetectorConfig", "OcrConfig", "VisionConfig"]
+__all__ = [
+    "ArticlePolicy",
+    "ChangeDetectorConfig",
+    "DynamicPolicy",
+    "FixedPolicy",
+    "OcrConfig",
+    "PolicyConfig",
+    "PolicyKind",
+    "VisionConfig",
+]

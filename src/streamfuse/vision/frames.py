@@ -4,10 +4,14 @@
 and `arrival_wall` of the video frame it is (latency is measured from it), the changed region
 since the previous key frame, and why it was selected. It is not a `VideoFrame`, so stages
 routed by type never confuse the 30 fps stream with the few pictures worth reading.
+`clamp_box` / `clip_box` are the one rule for keeping a region inside a frame (unrounded / as a
+crop of whole pixels).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -19,6 +23,29 @@ BBox = tuple[int, int, int, int]
 """(x0, y0, x1, y1) in original frame pixels, x1/y1 exclusive."""
 
 KeyReason = Literal["first", "change", "timeout", "end"]
+
+
+def clamp_box(box: Sequence[float], frame_wh: tuple[int, int]) -> tuple[float, float, float, float]:
+    """`box` (x0, y0, x1, y1) with every coordinate clamped into a `frame_wh` frame, unrounded."""
+    w, h = frame_wh
+    x0, y0, x1, y1 = (float(v) for v in box)
+    return (
+        min(max(0.0, x0), float(w)),
+        min(max(0.0, y0), float(h)),
+        min(max(0.0, x1), float(w)),
+        min(max(0.0, y1), float(h)),
+    )
+
+
+def clip_box(box: Sequence[float], frame_wh: tuple[int, int]) -> BBox:
+    """`box` (x0, y0, x1, y1) as whole pixels inside a `frame_wh` frame: rounded outwards,
+    clamped to the frame, at least one pixel each way (what a crop of the image can be)."""
+    w, h = frame_wh
+    x0, y0 = math.floor(box[0]), math.floor(box[1])
+    x1, y1 = math.ceil(box[2]), math.ceil(box[3])
+    x0, y0 = max(0, min(x0, w - 1)), max(0, min(y0, h - 1))
+    x1, y1 = max(x0 + 1, min(x1, w)), max(y0 + 1, min(y1, h))
+    return (x0, y0, x1, y1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -48,4 +75,4 @@ class KeyFrame(Frame):
         return self.t_media
 
 
-__all__ = ["BBox", "KeyFrame", "KeyReason"]
+__all__ = ["BBox", "KeyFrame", "KeyReason", "clamp_box", "clip_box"]

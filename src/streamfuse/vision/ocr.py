@@ -31,16 +31,18 @@ from typing import Any
 import numpy as np
 from rapidfuzz import fuzz
 
-from streamfuse.errors import ModelError
+from streamfuse.errors import ConfigError, ModelError
 from streamfuse.events import OcrLine as OcrLineRecord
 from streamfuse.events import OcrPayload
 from streamfuse.frames import EventFrame, Frame, now_wall
-from streamfuse.models import file_sha256
+from streamfuse.models import file_sha256, ort_session_options
 from streamfuse.pipeline.queues import OverloadPolicy
 from streamfuse.pipeline.stage import Stage
+from streamfuse.qos.ladder import align_px
 from streamfuse.telemetry.metrics import instruments
-from streamfuse.vision.config import OcrConfig, VisionConfig
-from streamfuse.vision.frames import BBox, KeyFrame
+from streamfuse.text import collapse_whitespace
+from streamfuse.vision.config import FixedPolicy, OcrConfig, VisionConfig
+from streamfuse.vision.frames import BBox, KeyFrame, clamp_box, clip_box
 from streamfuse.vision.layout import reading_order
 from streamfuse.vision.policy import FixedResolution, OcrObservation, OcrPlan, ResolutionPolicy
 
@@ -101,11 +103,15 @@ class RapidOcrEngine(OcrEngine):
     # rapidocr shrinks any input whose long side exceeds this before detection (its default).
     _GLOBAL_MAX_SIDE = 2000
 
-    def __init__(self, config: OcrConfig | None = None) -> None:
+    # Detector side rapidocr is built with; every read sets its own (`read`'s argument).
+    _INITIAL_DET_SIDE = 960
+
+    def __init__(self, config: OcrConfig | None = None, *, streams: int = 1) -> None:
         self.config = config or OcrConfig()
         self._engine: Any = None
-        #: The precision the loaded models run at: "int8" or "fp32".
-        self.precision = "fp32" if self.config.precision == "fp32" else "int8"
+        #: The precision wanted (`OcrConfig.resolve_precision` for `streams` streams sharing
+        #: the machine), then the one the loaded models run at: "int8" or "fp32".
+        self.precision = self.config.resolve_precision(streams)
 
     def params(self) -> dict[str, Any]:
         """The rapidocr parameters this engine is built with."""
@@ -116,7 +122,7 @@ class RapidOcrEngine(OcrEngine):
             "Global.log_level": "warning",
             "Global.max_side_len": self._GLOBAL_MAX_SIDE,
             "Det.limit_type": "max",
-            "Det.limit_side_len": c.det_max_side_px,
+            "Det.limit_side_len": self._INITIAL_DET_SIDE,
             "Rec.rec_batch_num": c.rec_batch_size,
             "EngineConfig.onnxruntime.intra_op_num_threads": c.intra_op_threads,
             "EngineConfig.onnxruntime.inter_op_num_threads": c.inter_op_threads,
@@ -136,8 +142,7 @@ class RapidOcrEngine(OcrEngine):
             raise ModelError(f"cannot load the rapidocr models: {e}") from e
         if getattr(self._engine, "text_det", None) is None:
             raise ModelError("rapidocr did not load its text detector")
-        want_int8 = self.config.precision in ("int8", "auto")  # the app resolves auto per job
-        int8 = int8_model_paths(self._engine) if want_int8 else None
+        int8 = int8_model_paths(self._engine) if self.precision == "int8" else None
         self.precision = "int8" if int8 else "fp32"
         if int8:
             fp32 = {
@@ -158,7 +163,7 @@ class RapidOcrEngine(OcrEngine):
     def _rebuild_sessions(self, paths: dict[str, Path]) -> None:
         """Swap rapidocr's detector/recognizer sessions for ours: `paths` replaces a model
         ("det", "rec"), and our session options apply (rapidocr exposes no session config)."""
-        from onnxruntime import GraphOptimizationLevel, InferenceSession, SessionOptions
+        from onnxruntime import InferenceSession
 
         c = self.config
         for name, model in (("det", self._engine.text_det), ("rec", self._engine.text_rec)):
@@ -168,15 +173,12 @@ class RapidOcrEngine(OcrEngine):
             if holder is None or sess is None or path is None:
                 log.warning("cannot set onnxruntime options for %s: unexpected rapidocr", model)
                 continue
-            opts = SessionOptions()
-            opts.log_severity_level = 4
-            opts.enable_cpu_mem_arena = False
-            opts.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
-            opts.intra_op_num_threads = c.intra_op_threads
-            opts.inter_op_num_threads = c.inter_op_threads
-            if not c.ort_allow_spinning:
-                opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
+            opts = ort_session_options(
+                intra_op_threads=c.intra_op_threads,
+                inter_op_threads=c.inter_op_threads,
+                allow_spinning=c.ort_allow_spinning,
+                cpu_mem_arena=False,
+            )
             model_path = str(paths.get(name, path))
             try:
                 holder.session = InferenceSession(model_path, opts, providers=sess.get_providers())
@@ -197,13 +199,8 @@ class RapidOcrEngine(OcrEngine):
         if getattr(out, "boxes", None) is not None and getattr(out, "txts", None) is not None:
             for quad, text, score in zip(out.boxes, out.txts, out.scores, strict=False):
                 q = np.asarray(quad, dtype=np.float64).reshape(-1, 2)
-                box = (
-                    float(max(0.0, q[:, 0].min())),
-                    float(max(0.0, q[:, 1].min())),
-                    float(min(w, q[:, 0].max())),
-                    float(min(h, q[:, 1].max())),
-                )
-                lines.append(OcrLine(str(text), box, float(score)))
+                box = (q[:, 0].min(), q[:, 1].min(), q[:, 0].max(), q[:, 1].max())
+                lines.append(OcrLine(str(text), clamp_box(box, (w, h)), float(score)))
         return OcrReading(tuple(lines), _det_size(w, h, det_max_side_px), ocr_ms)
 
 
@@ -245,7 +242,10 @@ def _det_size(w: int, h: int, det_max_side: int) -> tuple[int, int]:
     scale = min(1.0, RapidOcrEngine._GLOBAL_MAX_SIDE / max(w, h))
     w1, h1 = int(w * scale), int(h * scale)
     ratio = min(1.0, det_max_side / max(w1, h1))
-    return max(32, round(int(w1 * ratio) / 32) * 32), max(32, round(int(h1 * ratio) / 32) * 32)
+    return (
+        align_px(max(1, int(w1 * ratio)), ties="even"),
+        align_px(max(1, int(h1 * ratio)), ties="even"),
+    )
 
 
 def _warmup_image() -> np.ndarray:
@@ -258,13 +258,12 @@ def _warmup_image() -> np.ndarray:
 
 # -- text state ------------------------------------------------------------------------------
 
-_WS = re.compile(r"\s+")
 _DIGITS = re.compile(r"[^0-9]")
 
 
 def normalize_text(text: str) -> str:
     """Case-folded, whitespace collapsed: the form text states are compared in."""
-    return _WS.sub(" ", text).strip().casefold()
+    return collapse_whitespace(text).casefold()
 
 
 def same_text_state(
@@ -290,7 +289,7 @@ def clean_lines(lines: Sequence[OcrLine], config: OcrConfig) -> list[OcrLine]:
     """Drop junk: empty text, low confidence, specks, unsure one- or two-glyph lines."""
     out = []
     for line in lines:
-        text = _WS.sub(" ", line.text).strip()
+        text = collapse_whitespace(line.text)
         if not text or line.conf < config.min_conf:
             continue
         n_chars = len(text) - text.count(" ")
@@ -319,7 +318,12 @@ class _StreamText:
 
 
 class OcrStage(Stage):
-    """KeyFrame -> `ocr` EventFrame per distinct text state (see the module docstring)."""
+    """KeyFrame -> `ocr` EventFrame per distinct text state (see the module docstring).
+
+    Without `policy` the stage reads with `FixedResolution` for the `fixed` policy of a
+    `VisionConfig` (or the `fixed` defaults); an adaptive policy needs the job's signals and
+    pacing, so build it with `streamfuse.vision.adaptive.make_policy` and pass it in.
+    """
 
     input_types = (KeyFrame,)
 
@@ -332,14 +336,18 @@ class OcrStage(Stage):
         name: str | None = None,
     ) -> None:
         super().__init__(name, threads=1)
+        fixed = FixedPolicy()
         if isinstance(config, VisionConfig):
+            if policy is None and not isinstance(config.policy, FixedPolicy):
+                raise ConfigError(
+                    f"vision.policy is {config.policy.kind!r}: build it with "
+                    "streamfuse.vision.adaptive.make_policy and pass it as policy="
+                )
+            if isinstance(config.policy, FixedPolicy):
+                fixed = config.policy
             config = config.ocr
         self.config = config or OcrConfig()
-        self.policy = policy or FixedResolution(
-            self.config.det_max_side_px,
-            min_interval_s=self.config.min_interval_s,
-            content_crop=self.config.content_crop,
-        )
+        self.policy = policy or FixedResolution.from_config(fixed)
         self.engine = engine or RapidOcrEngine(self.config)
         self._streams: dict[str, _StreamText] = {}
 
@@ -419,12 +427,7 @@ class OcrStage(Stage):
 
 
 def _clip_roi(roi: BBox | None, w: int, h: int) -> BBox:
-    if roi is None:
-        return (0, 0, w, h)
-    x0, y0, x1, y1 = (int(v) for v in roi)
-    x0, y0 = max(0, min(x0, w - 1)), max(0, min(y0, h - 1))
-    x1, y1 = max(x0 + 1, min(x1, w)), max(y0 + 1, min(y1, h))
-    return (x0, y0, x1, y1)
+    return (0, 0, w, h) if roi is None else clip_box(roi, (w, h))
 
 
 __all__ = [

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, replace
 
 from streamfuse.errors import ConfigError
+from streamfuse.vision.config import FixedPolicy
 from streamfuse.vision.frames import BBox, KeyFrame
 
 
@@ -91,6 +92,12 @@ class FixedResolution(ResolutionPolicy):
     ) -> None:
         self._plan = OcrPlan(det_max_side_px=max_side, min_interval_s=min_interval_s)
         self.content_crop = content_crop
+
+    @classmethod
+    def from_config(cls, config: FixedPolicy | None = None) -> FixedResolution:
+        """The policy of a `fixed` config variant (the variant's defaults without one)."""
+        c = config or FixedPolicy()
+        return cls(c.det_max_side_px, min_interval_s=c.min_interval_s, content_crop=c.content_crop)
 
     def plan(self, key: KeyFrame) -> OcrPlan:
         if self.content_crop and key.content_bbox is not None:

@@ -2,8 +2,8 @@
 from a grey thumbnail, the smallest resolution-ladder rung at which OCR still reads a frame.
 
 Runtime: `ResolutionHead` (onnxruntime, INT8 model shipped here; no torch needed). Training,
-labelling and export live in the submodules `synth`, `labels`, `dataset`, `model` and `train`
-(torch, rapidocr) and run through `scripts/train_reshead.py`.
+labelling and export are not part of the package: they live in `tools/reshead/` (torch,
+rapidocr) and run through `scripts/train_reshead.py`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Loads the INT8 ONNX model shipped next to this module (or any model + metadata pair) with
 onnxruntime on one thread; `predict(frame)` costs about a millisecond on a laptop-class CPU core
 (thumbnail included), far below one OCR read. The class is a rung of the ladder in the
-metadata; the decision rule (see `streamfuse.vision.reshead.train.pick_rungs`) picks the
+metadata; the decision rule (see `tools.reshead.train.pick_rungs`) picks the
 smallest rung whose predicted probability of reading correctly is at least `tau`.
 
 The model was trained on 16:9 frames labelled at 1920x1080: the rung it names is an absolute
@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from streamfuse.errors import ModelError
+from streamfuse.models import ort_session_options
 from streamfuse.qos.ladder import Ladder, Rung
 from streamfuse.vision.reshead.preprocess import to_input
 
@@ -57,10 +58,7 @@ class ResolutionHead:
             import onnxruntime as ort
 
             meta = json.loads(Path(metadata_path).read_text())
-            opts = ort.SessionOptions()
-            opts.intra_op_num_threads = threads
-            opts.inter_op_num_threads = 1
-            opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+            opts = ort_session_options(intra_op_threads=threads)
             self._session: Any = ort.InferenceSession(
                 str(model_path), opts, providers=["CPUExecutionProvider"]
             )

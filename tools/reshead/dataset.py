@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from streamfuse.qos.ladder import DEFAULT_LADDER
-from streamfuse.vision.reshead.labels import RungLabeler, guess_rung
 from streamfuse.vision.reshead.preprocess import DEFAULT_INPUT_HW, grey_thumbnail
-from streamfuse.vision.reshead.synth import make_slide
+from tools.reshead.labels import RungLabeler, guess_rung
+from tools.reshead.synth import make_slide
 
 log = logging.getLogger(__name__)
 

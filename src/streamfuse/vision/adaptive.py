@@ -1,18 +1,20 @@
-"""`AdaptiveResolution`: the OCR stage's `ResolutionPolicy` driven by live feedback (F15, F16).
+"""The OCR stage's resolution policies: `make_policy(VisionConfig.policy)` builds the one a
+config variant names (`fixed`, `dynamic`, `article`); `AdaptiveResolution` drives the adaptive
+two from live feedback (F15, F16). The ROI geometry of key frames lives here too.
 
-One instance can serve several streams and keeps independent state per `stream_id` (the app
-builds one per stream): a `ResolutionScheduler` (controller + jump suppression) over a ladder
-clipped to the stream's frame size, and a `FeedbackTracker`. Per key frame `plan` turns the
-applied `Decision` into an `OcrPlan`: the detector long side from the rung (ramped through the
-suppression window), the OCR interval (only where skipping is allowed, i.e. live input), and a
-region of interest: the smaller of the key frame's content region (nothing outside it can hold
-text) and its changed region plus a margin (only new or changed text is re-read; the stage
+One `AdaptiveResolution` can serve several streams and keeps independent state per `stream_id`
+(the app builds one per stream): a `ResolutionScheduler` (controller + jump suppression) over a
+ladder clipped to the stream's frame size, and a `FeedbackTracker`. Per key frame `plan` turns
+the applied `Decision` into an `OcrPlan`: the detector long side from the rung (ramped through
+the suppression window), the OCR interval (only where skipping is allowed, i.e. live input),
+and a region of interest: the smaller of the key frame's content region (nothing outside it can
+hold text) and its changed region plus a margin (only new or changed text is re-read; the stage
 carries the lines outside it over), never the changed region on a stream's first key frame or
 for a change covering most of the frame; shrunk to the decision's ROI ratio when that is below
 1. After each read `observe` feeds latency (key-frame arrival to result: wait + OCR),
-confidence, backlog, machine CPU load and the stream's ASR latency (from `QosSignals`) back into
-the scheduler. `stats()` reports per stream the jitter (px per video frame), the ROI ratio read
-and the rung history.
+confidence, backlog, machine CPU load and, from `QosSignals`, the stream's ASR latency and the
+key frames dropped at its OCR input back into the scheduler. `stats()` reports per stream the
+jitter (px per video frame), the ROI ratio read and the rung history.
 
 Optionally a learned `ResolutionHead` names the smallest rung the content needs; the plan then
 uses the smaller of what the content needs and what the load allows.
@@ -26,99 +28,21 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from itertools import pairwise
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from streamfuse.errors import ConfigError
-from streamfuse.qos.controllers import (
-    ArticleRule,
-    ArticleRuleConfig,
-    Decision,
-    FeedbackController,
-    FeedbackControllerConfig,
-    ResolutionController,
-)
+from streamfuse.qos.controllers import Decision, make_controller
 from streamfuse.qos.feedback import FeedbackTracker, SystemProbe
 from streamfuse.qos.ladder import ALIGN_PX, DEFAULT_LADDER, Ladder, Rung, align_px
 from streamfuse.qos.signals import QosSignals
-from streamfuse.qos.smoothing import JumpSuppressionConfig, ResolutionScheduler
-from streamfuse.vision.frames import BBox, KeyFrame
-from streamfuse.vision.policy import OcrObservation, OcrPlan, ResolutionPolicy
+from streamfuse.qos.smoothing import ResolutionScheduler
+from streamfuse.vision.config import ArticlePolicy, DynamicPolicy, FixedPolicy, PolicyConfig
+from streamfuse.vision.frames import BBox, KeyFrame, clamp_box, clip_box
+from streamfuse.vision.policy import FixedResolution, OcrObservation, OcrPlan, ResolutionPolicy
 
 log = logging.getLogger(__name__)
 
-PolicyKind = Literal["dynamic", "article"]
-
-
-def _default_feedback() -> FeedbackControllerConfig:
-    return FeedbackControllerConfig(
-        # Use the budget: climb whenever the next rung is predicted to fit, whatever the
-        # confidence (slides read at 0.95+ even when small text is being lost).
-        confidence_target=1.0,
-        # The latency measured already contains CPU contention; a machine-wide CPU figure
-        # near 100% (other programs, our own bursts) must not pin the stream low when its
-        # reads fit the budget.
-        cpu_high=1.0,
-        up_after=2,
-        # ROI comes from the changed region (always on), not from shrinking it.
-        roi_ratios=(),
-    )
-
-
-class AdaptiveConfig(BaseModel):
-    """Tuning of the adaptive vision policies (`dynamic` and `article`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    feedback: FeedbackControllerConfig = Field(
-        default_factory=_default_feedback,
-        description="The `dynamic` controller. Its `budget_s` is replaced by the job's OCR "
-        "latency budget; rung indices refer to the ladder clipped to the frame.",
-    )
-    article: ArticleRuleConfig = Field(
-        default_factory=ArticleRuleConfig, description="The `article` rule (F15)."
-    )
-    article_scale_to_frame: bool = Field(
-        True,
-        description="Read the article's 1920x1080 / 1280x720 as 'native size / two thirds of "
-        "it', so the rule also degrades streams that are not 1080p.",
-    )
-    suppression: JumpSuppressionConfig = Field(
-        default_factory=JumpSuppressionConfig, description="Dwell, rate limit, blend (F16)."
-    )
-    start_side_px: int | None = Field(
-        640,
-        ge=32,
-        le=8192,
-        description="Detector long side each stream starts at (nearest rung of its ladder). "
-        "The default, the ladder's floor, is a slow start: the first reads are cheap whatever "
-        "the load, and the controller climbs while the budget allows. None: the controller's "
-        "own start (the top rung).",
-    )
-    latency_alpha: float = Field(
-        0.6,
-        gt=0.0,
-        le=1.0,
-        description="Weight of the newest read in the latency average the controller sees.",
-    )
-    roi_focus: bool = Field(
-        True, description="Read only the changed region of a key frame (plus a margin)."
-    )
-    roi_margin_frac: float = Field(
-        0.03,
-        ge=0.0,
-        le=0.5,
-        description="Margin added around the changed region, as a fraction of the frame's "
-        "short side (the change detector's region is already padded by one thumbnail cell).",
-    )
-    whole_frame_above: float = Field(
-        0.8,
-        gt=0.0,
-        le=1.0,
-        description="Read the whole frame when the padded changed region covers at least "
-        "this fraction of it (a new slide: cropping would save little).",
-    )
+AdaptivePolicy = DynamicPolicy | ArticlePolicy
 
 
 # ----------------------------------------------------------------------------------------------
@@ -126,17 +50,15 @@ class AdaptiveConfig(BaseModel):
 
 
 def _pad(frame_wh: tuple[int, int], box: BBox, margin_frac: float) -> tuple[float, ...]:
-    w, h = frame_wh
-    pad = margin_frac * min(w, h)
-    x0, y0, x1, y1 = (float(v) for v in box)
-    return max(0.0, x0 - pad), max(0.0, y0 - pad), min(float(w), x1 + pad), min(float(h), y1 + pad)
+    pad = margin_frac * min(frame_wh)
+    x0, y0, x1, y1 = box
+    return clamp_box((x0 - pad, y0 - pad, x1 + pad, y1 + pad), frame_wh)
 
 
 def _shrink(
     frame_wh: tuple[int, int], box: tuple[float, ...], max_area: float
 ) -> tuple[float, ...]:
     """`box` shrunk about its centre (aspect kept) to at most `max_area` px^2."""
-    w, h = frame_wh
     x0, y0, x1, y1 = box
     area = (x1 - x0) * (y1 - y0)
     if area <= max_area:
@@ -144,15 +66,12 @@ def _shrink(
     k = math.sqrt(max_area / area)
     cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
     hw, hh = (x1 - x0) * k / 2, (y1 - y0) * k / 2
-    return max(0.0, cx - hw), max(0.0, cy - hh), min(float(w), cx + hw), min(float(h), cy + hh)
+    return clamp_box((cx - hw, cy - hh, cx + hw, cy + hh), frame_wh)
 
 
 def _to_bbox(frame_wh: tuple[int, int], box: tuple[float, ...]) -> BBox | None:
-    w, h = frame_wh
-    x0, y0, x1, y1 = int(box[0]), int(box[1]), math.ceil(box[2]), math.ceil(box[3])
-    x0, y0 = max(0, min(x0, w - 1)), max(0, min(y0, h - 1))
-    x1, y1 = max(x0 + 1, min(x1, w)), max(y0 + 1, min(y1, h))
-    return None if (x0, y0, x1, y1) == (0, 0, w, h) else (x0, y0, x1, y1)
+    box_px = clip_box(box, frame_wh)
+    return None if box_px == (0, 0, *frame_wh) else box_px
 
 
 def choose_roi(
@@ -329,8 +248,9 @@ SizedSchedulerFactory = Callable[[tuple[int, int]], ResolutionScheduler]
 class AdaptiveResolution(ResolutionPolicy):
     """A `ResolutionPolicy` whose plans follow a `ResolutionScheduler` per stream.
 
-    Build it with `from_config` (what the app does), or pass `scheduler_factory` (no arguments,
-    one ladder for every stream) or `sized_factory` (called with each stream's frame size).
+    Build it with `from_config` (what `make_policy` does), or pass `scheduler_factory` (no
+    arguments, one ladder for every stream) or `sized_factory` (called with each stream's frame
+    size).
     `head` is an optional `streamfuse.vision.reshead.ResolutionHead`; `signals` the job's
     `QosSignals` (ASR latency, shared CPU probe); `asr_latency_s` an alternative callable.
     `allow_skipping=False` (offline input, lossless links) keeps the OCR interval at 0.
@@ -345,7 +265,7 @@ class AdaptiveResolution(ResolutionPolicy):
         probe: SystemProbe | None = None,
         signals: QosSignals | None = None,
         asr_latency_s: Callable[[], float | None] | None = None,
-        config: AdaptiveConfig | None = None,
+        config: AdaptivePolicy | None = None,
         allow_skipping: bool = True,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -354,7 +274,8 @@ class AdaptiveResolution(ResolutionPolicy):
         self._factory = scheduler_factory
         self._sized_factory = sized_factory
         self._streams: dict[str, _Stream] = {}
-        self.config = config or AdaptiveConfig()
+        #: ROI, latency smoothing (the scheduler comes from the factory, not from here).
+        self.config: AdaptivePolicy = config or DynamicPolicy()
         self.head = head
         self.signals = signals
         self.probe = probe if probe is not None else (signals.probe if signals else None)
@@ -366,58 +287,46 @@ class AdaptiveResolution(ResolutionPolicy):
     @classmethod
     def from_config(
         cls,
-        config: AdaptiveConfig | None = None,
+        config: AdaptivePolicy | None = None,
         *,
-        kind: PolicyKind = "dynamic",
-        budget_s: float = 1.0,
         realtime: bool = True,
         signals: QosSignals | None = None,
         head: Any | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> AdaptiveResolution:
-        """The policy the app builds for `--vision-policy dynamic|article`."""
-        cfg = config or AdaptiveConfig()
-        if kind not in ("dynamic", "article"):
-            raise ConfigError(f"vision policy must be 'dynamic' or 'article', got {kind!r}")
-        update: dict[str, Any] = {"budget_s": budget_s}
-        if not realtime:
-            # Offline links are lossless: interval levels would only skip key frames.
-            update["max_interval_s"] = max(0.0, cfg.feedback.base_interval_s)
-        try:
-            feedback = FeedbackControllerConfig.model_validate(
-                {**cfg.feedback.model_dump(), **update}
-            )
-        except ValueError as e:
-            raise ConfigError(f"invalid adaptive controller settings: {e}") from e
+        """The policy for a `dynamic` (default) or `article` config variant; `realtime=False`
+        (offline input, lossless links) never lengthens the OCR interval."""
+        cfg = config or DynamicPolicy()
 
         def make(frame_wh: tuple[int, int]) -> ResolutionScheduler:
             ladder = frame_ladder(frame_wh)
-            controller: ResolutionController
-            if kind == "article":
-                art = cfg.article
-                if cfg.article_scale_to_frame:
+            if isinstance(cfg, ArticlePolicy):
+                rule = cfg.rule
+                if cfg.scale_to_frame:
                     w, h = frame_wh
-                    art = art.model_copy(
+                    rule = rule.model_copy(
                         update={
                             "high_size_px": (w, h),
                             "low_size_px": (round(w * 2 / 3), round(h * 2 / 3)),
                         }
                     )
-                controller = ArticleRule(art, ladder)
-            else:
-                top = min(feedback.top_rung, ladder.lowest)
-                floor = ladder.lowest if feedback.floor_rung is None else feedback.floor_rung
-                floor = max(top, min(floor, ladder.lowest))
-                start = feedback.start_rung
-                if cfg.start_side_px is not None:
-                    k = cfg.start_side_px / max(frame_wh)
-                    start = ladder.nearest(round(frame_wh[0] * k), round(frame_wh[1] * k))
-                if start is not None:
-                    start = min(max(start, top), floor)
-                fb = feedback.model_copy(
-                    update={"top_rung": top, "floor_rung": floor, "start_rung": start}
-                )
-                controller = FeedbackController(fb, ladder)
+                return ResolutionScheduler(make_controller(rule, ladder), cfg.suppression)
+            fb = cfg.controller
+            # The configured rungs refer to the full ladder; this frame's ladder may be shorter.
+            top = min(fb.top_rung, ladder.lowest)
+            floor = ladder.lowest if fb.floor_rung is None else fb.floor_rung
+            floor = max(top, min(floor, ladder.lowest))
+            start = fb.start_rung
+            if cfg.start_side_px is not None:
+                k = cfg.start_side_px / max(frame_wh)
+                start = ladder.nearest(round(frame_wh[0] * k), round(frame_wh[1] * k))
+            if start is not None:
+                start = min(max(start, top), floor)
+            update: dict[str, Any] = {"top_rung": top, "floor_rung": floor, "start_rung": start}
+            if not realtime:
+                # Offline links are lossless: interval levels would only skip key frames.
+                update["max_interval_s"] = fb.base_interval_s
+            controller = make_controller(fb.model_copy(update=update), ladder)
             return ResolutionScheduler(controller, cfg.suppression)
 
         return cls(
@@ -594,13 +503,30 @@ class AdaptiveResolution(ResolutionPolicy):
         return out
 
 
+def make_policy(
+    config: PolicyConfig,
+    *,
+    realtime: bool = True,
+    signals: QosSignals | None = None,
+    head: Any | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> ResolutionPolicy:
+    """The `ResolutionPolicy` a `VisionConfig.policy` variant describes: `FixedResolution`
+    for `fixed`, `AdaptiveResolution` for `dynamic` and `article` (see `from_config`)."""
+    if isinstance(config, FixedPolicy):
+        return FixedResolution.from_config(config)
+    return AdaptiveResolution.from_config(
+        config, realtime=realtime, signals=signals, head=head, clock=clock
+    )
+
+
 __all__ = [
-    "AdaptiveConfig",
+    "AdaptivePolicy",
     "AdaptiveResolution",
     "AdaptiveStats",
-    "PolicyKind",
     "RungChange",
     "choose_roi",
-    "select_roi",
     "frame_ladder",
+    "make_policy",
+    "select_roi",
 ]

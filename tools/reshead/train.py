@@ -26,9 +26,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from streamfuse.models import ort_session_options
 from streamfuse.qos.ladder import Ladder
-from streamfuse.vision.reshead.model import ResHeadNet, fold_batchnorm
 from streamfuse.vision.reshead.preprocess import BLOCK, model_input, standardize
+from tools.reshead.model import ResHeadNet, fold_batchnorm
 
 log = logging.getLogger(__name__)
 
@@ -196,11 +197,7 @@ def export_onnx(model: ResHeadNet, path: Path, input_hw: tuple[int, int]) -> lis
 def ort_session(path: Path, threads: int = 1) -> Any:
     import onnxruntime as ort
 
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    opts = ort_session_options(intra_op_threads=threads)
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
 
@@ -223,7 +220,7 @@ def quantize(
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    from streamfuse.vision.onnx_quant import calibration_reader
+    from tools.onnx_quant import calibration_reader
 
     x = model_input(calib_thumbs)
     prep = out_path.with_suffix(".prep.onnx")

@@ -19,26 +19,14 @@ from typing import Any, Literal
 
 import numpy as np
 from PIL import Image
-from rapidfuzz.distance import Levenshtein
 
 from streamfuse.errors import ConfigError, ModelError
 from streamfuse.qos.ladder import DEFAULT_LADDER, Ladder
+from streamfuse.text import cer
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_CER = 0.02
-
-
-def _squash(text: str) -> str:
-    return "".join(text.split())
-
-
-def cer(hypothesis: str, reference: str) -> float:
-    """Character error rate of `hypothesis` against `reference`, whitespace ignored."""
-    ref, hyp = _squash(reference), _squash(hypothesis)
-    if not ref:
-        return 0.0 if not hyp else 1.0
-    return Levenshtein.distance(hyp, ref) / len(ref)
 
 
 def resize_to_rung(image: np.ndarray, width_px: int, height_px: int) -> np.ndarray:
@@ -132,7 +120,9 @@ class RungLabeler:
         det_side = max(rung.size_for(w, h))
         t0 = time.process_time()
         text = ocr_text(self.engine, image, det_side)
-        return RungResult(rung_index, cer(text, truth), time.process_time() - t0)
+        return RungResult(
+            rung_index, cer(truth, text, ignore_whitespace=True), time.process_time() - t0
+        )
 
     def label(
         self, image: np.ndarray, lines: Sequence[str], start: int | None = None
