@@ -9,6 +9,7 @@ import pytest
 from streamfuse.events import AsrPartialPayload, AsrPayload, LmPayload, OcrLine, OcrPayload
 from streamfuse.frames import ContextFrame, EventFrame, Frame, TextFrame
 from streamfuse.fusion import TimelineConfig, TimelineStage
+from streamfuse.testing import run_stage
 
 pytestmark = pytest.mark.unit
 
@@ -29,10 +30,7 @@ def speech(t: float, text: str, stream: str = "talk") -> EventFrame:
 
 
 def feed(stage: TimelineStage, frames: list[Frame]) -> list[Frame]:
-    async def go() -> list[Frame]:
-        return [out for f in frames async for out in stage.process(f)]
-
-    return asyncio.run(go())
+    return asyncio.run(run_stage(stage, frames))
 
 
 def test_events_become_timeline_lines_led_by_a_header() -> None:
