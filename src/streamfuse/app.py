@@ -109,6 +109,11 @@ def _cpu_s() -> float:
     return float(t.user + t.system)
 
 
+def core_share(n_streams: int) -> int:
+    """Cores each of `n_streams` streams may use for its model threads (at least one)."""
+    return max(1, (os.cpu_count() or 1) // max(1, n_streams))
+
+
 def share_cores(config: StreamfuseConfig, n_streams: int) -> tuple[VisionConfig, AsrConfig]:
     """Cap each stream's model threads at its share of the cores (and resolve the OCR
     precision `auto` for the job's stream count: `OcrConfig.resolve_precision`).
@@ -117,7 +122,7 @@ def share_cores(config: StreamfuseConfig, n_streams: int) -> tuple[VisionConfig,
     thread pools larger than the share only oversubscribe the CPU (threads preempt each other
     mid-kernel) and raise every stream's latency.
     """
-    share = max(1, (os.cpu_count() or 1) // max(1, n_streams))
+    share = core_share(n_streams)
     ocr = config.vision.ocr
     update: dict[str, object] = {
         "intra_op_threads": min(ocr.intra_op_threads, share),
@@ -135,9 +140,9 @@ def lm_config(config: StreamfuseConfig, n_streams: int) -> LMStageConfig:
     cores, as `share_cores` caps the OCR and ASR threads (the LM serves every stream, but runs
     beside their models)."""
     assert config.lm is not None
-    share = max(1, (os.cpu_count() or 1) // max(1, n_streams))
     engine = config.lm.lm
-    model = engine.model.model_copy(update={"threads": min(engine.model.threads, share)})
+    threads = min(engine.model.threads, core_share(n_streams))
+    model = engine.model.model_copy(update={"threads": threads})
     return config.lm.model_copy(update={"lm": engine.model_copy(update={"model": model})})
 
 
