@@ -1,7 +1,7 @@
 """Validated configuration of the language-model runtime (one pydantic object per concern).
 
 `LMConfig` is the top-level object handed to `LMEngine`; every field is typed, bounded and
-documented. Defaults follow MISSION.md F7 (16 slots x 2048 tokens) and StreamingLLM (4 sink
+documented. Defaults follow the feature catalogue's KV pool (16 slots x 2048 tokens, docs/lm.md) and StreamingLLM (4 sink
 tokens) and suit the bundled Gemma 3 270M on a small CPU.
 """
 
