@@ -1,8 +1,8 @@
 """Validated configuration of the language-model runtime (one pydantic object per concern).
 
 `LMConfig` is the top-level object handed to `LMEngine`; every field is typed, bounded and
-documented. Defaults follow the feature catalogue's KV pool (16 slots x 2048 tokens, docs/lm.md) and StreamingLLM (4 sink
-tokens) and suit the bundled Gemma 3 270M on a small CPU.
+documented. Defaults: a pool of 16 slots x 2048 tokens and 4 attention-sink tokens
+(StreamingLLM), sized for the bundled Gemma 3 270M on a small CPU (docs/lm.md).
 """
 
 from __future__ import annotations
