@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from streamfuse.audio import AsrConfig, AsrStage, Transcriber, Word
-from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, AudioFrame, EventFrame
+from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, AudioFrame, ErrorFrame, EventFrame
 from streamfuse.testing import run_stage
 
 pytestmark = pytest.mark.unit
@@ -133,3 +133,26 @@ def test_config_bounds_are_checked() -> None:
         AsrConfig(vad_start_threshold=0.3, vad_end_threshold=0.5)
     with pytest.raises(ValueError, match="max_buffer_s"):
         AsrConfig(max_buffer_s=40)
+
+
+def test_a_second_stream_is_refused_not_mixed_in(clip: np.ndarray) -> None:
+    script = _truth_words()
+    stage = AsrStage(AsrConfig(), transcriber=ScriptedTranscriber(clip, script))
+    frames = [
+        AudioFrame(t_media=i / SR, samples=clip[i : i + 320], arrival_wall=1000.0 + i / SR, index=i)
+        for i in range(0, len(clip) - 320 + 1, 320)
+    ]
+    noise = np.random.default_rng(0).normal(0, 0.3, 320).astype(np.float32)
+    intruder = AudioFrame(
+        stream_id="other", t_media=2.0, samples=noise, arrival_wall=1002.0, index=6400
+    )
+    out = asyncio.run(run_stage(stage, [*frames[:100], intruder, *frames[100:]]))
+    errors = [f for f in out if isinstance(f, ErrorFrame)]
+    assert len(errors) == 1
+    assert "'other'" in errors[0].message and "one AsrStage per stream" in errors[0].message
+    # The first stream's transcript goes on, untouched by the other stream's audio.
+    words = [
+        w["word"] for f in out if isinstance(f, EventFrame) and f.type == "asr"
+        for w in f.payload.fields()["words"]
+    ]  # fmt: skip
+    assert words == [w for w, _, _ in script]
