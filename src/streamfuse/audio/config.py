@@ -26,10 +26,10 @@ class AsrConfig(BaseModel):
         ge=1,
         le=64,
         description="Threads the Whisper model may use. One: a second thread barely speeds up "
-        "tiny/base calls here (0.59 s vs 0.55 s for 3 s of audio) and takes the core OCR needs.",
+        "tiny/base calls and takes the core OCR needs (figures: docs/design.md, defaults).",
     )
     beam_size: int = Field(
-        1, ge=1, le=10, description="Beam width; 1 is greedy (about 2x faster decoding)."
+        1, ge=1, le=10, description="Beam width; 1 is greedy (the fastest decoding)."
     )
     fast_updates: bool = Field(
         True,

@@ -109,14 +109,13 @@ class OcrConfig(BaseModel):
         ge=1,
         le=64,
         description="Text lines per recognizer call (rapidocr `Rec.rec_batch_num`). A batch is "
-        "padded to its widest line, so on a CPU one line per call is cheaper (a 5-line slide: "
-        "0.23 vs 0.38 CPU-s of recognition with rapidocr's default of 6) and never mixes a "
-        "line with another line's padding.",
+        "padded to its widest line, so on a CPU one line per call is cheaper and never mixes a "
+        "line with another line's padding (figures: docs/design.md, defaults).",
     )
     use_cls: bool = Field(
         False,
         description="Run the text-direction classifier (only needed for upside-down text; "
-        "costs ~30% more).",
+        "it adds a model call per line).",
     )
     intra_op_threads: int = Field(
         2,
@@ -129,8 +128,8 @@ class OcrConfig(BaseModel):
     ort_allow_spinning: bool = Field(
         False,
         description="Let onnxruntime's idle worker threads busy-wait for work. Off by default: "
-        "on a small shared CPU spinning burns ~30% more CPU per read, taken from speech "
-        "recognition, and is not faster under contention.",
+        "on a small shared CPU spinning burns CPU that speech recognition needs and is not "
+        "faster under contention (figures: docs/design.md, defaults).",
     )
     min_conf: float = Field(
         0.5,
