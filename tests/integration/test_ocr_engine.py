@@ -4,6 +4,7 @@ boxes in original pixels, reading order across two columns."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -113,3 +114,19 @@ def test_detector_resolution_follows_the_plan(engine: RapidOcrEngine) -> None:
 def test_blank_picture_gives_no_lines(engine: RapidOcrEngine) -> None:
     blank = np.full((360, 640, 3), 240, dtype=np.uint8)
     assert engine.read(blank, 960).lines == ()
+
+
+def test_unloadable_int8_file_falls_back_to_fp32(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from streamfuse.vision import ocr
+    from streamfuse.vision.config import OcrConfig
+
+    broken = tmp_path / "det.onnx"
+    broken.write_bytes(b"not an onnx model")
+    monkeypatch.setattr(ocr, "int8_model_paths", lambda rapid: {"det": broken})
+    engine = ocr.RapidOcrEngine(OcrConfig(intra_op_threads=1, precision="int8"))
+    with caplog.at_level(logging.WARNING):
+        engine.load()
+    assert engine.precision == "fp32"
+    assert "reading in FP32" in caplog.text and "det.onnx" in caplog.text

@@ -65,20 +65,3 @@ def test_shipped_manifest_names_the_detector() -> None:
         manifest["files"]["det.onnx"]
         == hashlib.sha256((INT8_DIR / "det.onnx").read_bytes()).hexdigest()
     )
-
-
-@pytest.mark.integration
-def test_unloadable_int8_file_falls_back_to_fp32(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    from streamfuse.vision import ocr
-    from streamfuse.vision.config import OcrConfig
-
-    broken = tmp_path / "det.onnx"
-    broken.write_bytes(b"not an onnx model")
-    monkeypatch.setattr(ocr, "int8_model_paths", lambda rapid: {"det": broken})
-    engine = ocr.RapidOcrEngine(OcrConfig(intra_op_threads=1, precision="int8"))
-    with caplog.at_level(logging.WARNING):
-        engine.load()
-    assert engine.precision == "fp32"
-    assert "reading in FP32" in caplog.text and "det.onnx" in caplog.text
