@@ -8,13 +8,17 @@ Prometheus endpoint scraped every 5 s. off = no telemetry (the default). Each ru
 `streamfuse run --realtime` process, so model loading and import costs fall outside the
 comparison: CPU seconds are the run's own `stats` record (pipeline start to end), latencies the
 `latency_ms` of its `ocr` and `asr` events (input arrival to emission), pooled over repeats.
+The OCR policy is `fixed` here unless told otherwise: the adaptive policies pick the resolution
+from the latency they measure, so their work moves between runs by more than telemetry costs
+(with `dynamic`, runs of one variant differed by up to 7% in CPU seconds).
 
 Prints the CPU model and ISA, per-variant CPU seconds and ocr/asr latency p50/p95, the span tree
 of one exported `ocr` event, and ends with one JSON line: cpu_ratio_on_off (streaming CPU
 seconds on / off), p95_ratio_on_off (the worse of the ocr and asr latency p95 ratios), and the
 figures behind them.
 
-    python benchmarks/telemetry.py [--input CLIP.mp4] [--repeats 3] [--trace-ratio R]
+    python benchmarks/telemetry.py [--input CLIP.mp4] [--repeats 4] [--trace-ratio R]
+                                   [--vision-policy fixed|dynamic|article]
 """
 
 from __future__ import annotations
@@ -79,12 +83,14 @@ def scrape_until(proc: subprocess.Popen[str], port: int, counts: list[int]) -> N
             pass  # not listening yet, or already closed
 
 
-def run_once(variant: str, clip: Path, ratio: float | None, workdir: Path) -> dict[str, Any]:
+def run_once(
+    variant: str, clip: Path, ratio: float | None, policy: str, workdir: Path
+) -> dict[str, Any]:
     from streamfuse.testing.otlp import OtlpReceiver
 
     out = workdir / f"{variant}-{time.monotonic_ns()}.jsonl"
     args = [sys.executable, "-m", "streamfuse.cli", "run", str(clip), "--realtime", "--no-live"]
-    args += ["--out", str(out)]
+    args += ["--out", str(out), "--vision-policy", policy]
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     receiver = OtlpReceiver().start() if variant == "on" else None
     port = free_port()
@@ -122,6 +128,9 @@ def run_once(variant: str, clip: Path, ratio: float | None, workdir: Path) -> di
             kind: [float(r["latency_ms"]) for r in records if r["type"] == kind]
             for kind in ("ocr", "asr")
         },
+        # Where the work went: a model stage's busy time moves with what it was asked to do.
+        "busy_s": {name.split(":")[0]: st["busy_s"] for name, st in final["stages"].items()},
+        "calls": {name.split(":")[0]: st["frames"] for name, st in final["stages"].items()},
     }
     if receiver is not None:
         receiver.close()
@@ -143,14 +152,24 @@ def run_once(variant: str, clip: Path, ratio: float | None, workdir: Path) -> di
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--input", type=Path, default=DEFAULT_INPUT)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=4)
     ap.add_argument("--trace-ratio", type=float, default=None, help="default: the CLI's (0.05)")
+    ap.add_argument(
+        "--vision-policy",
+        default="fixed",
+        choices=("fixed", "dynamic", "article"),
+        help="fixed (default here): the same OCR work in every run, so CPU differences are "
+        "telemetry's; the adaptive policies change resolution with measured latency.",
+    )
     args = ap.parse_args()
 
     from streamfuse.testing.otlp import format_trace
 
     print(f"cpu: {cpu_description()}")
-    print(f"python {platform.python_version()}, clip {args.input.name}, realtime, ASR+OCR")
+    print(
+        f"python {platform.python_version()}, clip {args.input.name}, realtime, ASR+OCR, "
+        f"vision policy {args.vision_policy}"
+    )
     print(
         f"on: OTLP/HTTP traces (ratio {args.trace_ratio or 'default 0.05'}, every event's "
         f"chain) + metrics (10 s) + logs, Prometheus scraped every {SCRAPE_EVERY_S:g} s"
@@ -159,7 +178,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="sf-telemetry-bench-") as tmp:
         for r in range(args.repeats):
             for variant in ("off", "on") if r % 2 == 0 else ("on", "off"):
-                result = run_once(variant, args.input, args.trace_ratio, Path(tmp))
+                result = run_once(
+                    variant, args.input, args.trace_ratio, args.vision_policy, Path(tmp)
+                )
                 runs.append(result)
                 extra = (
                     f"  spans {result['spans']} ({result['event_spans']} events), "
@@ -167,11 +188,12 @@ def main() -> None:
                     if variant == "on"
                     else ""
                 )
+                busy = " ".join(f"{k} {v:.1f}" for k, v in result["busy_s"].items() if v >= 0.5)
                 print(
                     f"repeat {r + 1} {variant:>3}: cpu {result['cpu_s']:6.2f} s "
                     f"(process {result['process_cpu_s']:6.2f} s), "
                     f"ocr n={len(result['latency_ms']['ocr'])} "
-                    f"asr n={len(result['latency_ms']['asr'])}{extra}",
+                    f"asr n={len(result['latency_ms']['asr'])}, busy s: {busy}{extra}",
                     flush=True,
                 )
 
@@ -219,6 +241,7 @@ def main() -> None:
         "spans_per_run": round(sum(r["spans"] for r in on_runs) / len(on_runs), 1),
         "repeats": args.repeats,
         "clip": args.input.name,
+        "vision_policy": args.vision_policy,
     }
     print(json.dumps(line))
 

@@ -168,3 +168,35 @@ def test_prometheus_endpoint_serves_the_pipeline_metrics() -> None:
     assert frames and float(frames[0].rsplit(" ", 1)[1]) == 31.0  # 30 frames + the flush
     assert 'service_name="streamfuse"' in end and "service_version=" in end
     assert "host_name=" in end
+
+
+def metric_value(text: str, name: str, label: str = "") -> float:
+    for line in text.splitlines():
+        if line.startswith(name + "{") and label in line:
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"{name} {label} not in the scrape")
+
+
+def test_lm_engine_metrics_tokens_rate_and_kv_occupancy() -> None:
+    from streamfuse.lm.config import LMConfig
+    from streamfuse.lm.engine import LMEngine
+    from streamfuse.telemetry.metrics import watch_lm_engine
+    from streamfuse.testing.tiny_lm import tiny_model
+
+    tel = telemetry.setup(TelemetryConfig(prometheus_port=0))
+    assert tel is not None and tel.prometheus_address is not None
+    config = LMConfig.model_validate({"pool": {"num_slots": 4, "max_tokens": 64}})
+    engine = LMEngine(tiny_model(weights="int8", seed=1), config)
+    watch_lm_engine(engine)
+    prompt = tuple(range(2, 22))
+    engine.feed("s", prompt).wait()  # a session keeps its slot and its 20 tokens
+    first = scrape(tel.prometheus_address)
+    engine.generate(list(prompt), 12, speculative=False, stop_ids=())
+    second = scrape(tel.prometheus_address)
+    assert metric_value(first, "streamfuse_lm_tokens_total", 'kind="prefill"') >= 20
+    assert metric_value(second, "streamfuse_lm_tokens_total", 'kind="decode"') >= 12
+    assert metric_value(second, "streamfuse_lm_kv_slots") == 0.25  # 1 of 4 slots held
+    assert metric_value(second, "streamfuse_lm_kv_tokens") == pytest.approx(20 / (4 * 64))
+    assert (
+        metric_value(second, "streamfuse_lm_decode_rate_per_second") > 0
+    )  # tokens/s between scrapes
