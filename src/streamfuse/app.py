@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
+from streamfuse import telemetry
 from streamfuse.audio import AsrConfig, AsrStage
 from streamfuse.errors import SourceError
 from streamfuse.events import EventRecord, StatsPayload
@@ -23,9 +24,11 @@ from streamfuse.frames import ErrorFrame, now_wall
 from streamfuse.fusion import TimelineConfig, TimelineStage
 from streamfuse.lm.stage import LMStage, LMStageConfig
 from streamfuse.pipeline import OverloadPolicy, Pipeline, Stage
+from streamfuse.pipeline.tracing import TracingObserver
 from streamfuse.qos.signals import QosSignals
 from streamfuse.sinks.base import EventSink
 from streamfuse.sources.media import MediaSource
+from streamfuse.telemetry import TelemetryConfig
 from streamfuse.vision import ChangeDetector, OcrStage, ResolutionPolicy, VisionConfig
 from streamfuse.vision.adaptive import make_policy
 from streamfuse.vision.config import FixedPolicy
@@ -57,6 +60,11 @@ class StreamfuseConfig(BaseModel):
     timeline: TimelineConfig = Field(
         default_factory=TimelineConfig,
         description="How OCR and speech events become the language model's context (with `lm`).",
+    )
+    telemetry: TelemetryConfig = Field(
+        default_factory=TelemetryConfig,
+        description="OpenTelemetry traces, metrics and logs and their exporters (off unless an "
+        "exporter is asked for; `build_pipeline` installs them, `telemetry.shutdown` flushes).",
     )
 
 
@@ -151,6 +159,17 @@ async def build_pipeline(
 ) -> Job:
     """Open every input (raising `SourceError` with a clear message) and wire the graph."""
     pipeline = Pipeline("streamfuse")
+    # Installs the SDK when the config asks for an exporter (idempotent); an application that
+    # called `telemetry.setup` itself gets its traces too.
+    active = telemetry.setup(config.telemetry) or telemetry.current()
+    if active is not None and active.tracer is not None:
+        pipeline.observe(
+            TracingObserver(
+                active.tracer,
+                sample_ratio=active.sample_ratio,
+                trace_events=active.config.trace_events,
+            )
+        )
     sources: list[MediaSource] = []
     warnings: list[ErrorFrame] = []
     ocr_stages: dict[str, OcrStage] = {}

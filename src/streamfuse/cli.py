@@ -70,6 +70,7 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
 async def _run(
     inputs: list[str], config: Any, out_path: Path | None, live: bool
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    from streamfuse import telemetry
     from streamfuse.app import build_pipeline, run_job
     from streamfuse.sinks import CollectSink, JsonlSink
     from streamfuse.sinks.console import ConsoleView
@@ -100,6 +101,7 @@ async def _run(
         if jsonl:
             jsonl.write(summary)
             jsonl.close()
+        telemetry.shutdown()  # flush every exporter (nothing when telemetry is off)
     if not live:
         out.print(view.render(job.pipeline))
     return collect.records, summary
@@ -153,6 +155,25 @@ def run(
             "every new slide, every 30 s and at the end), streamed as lm_token / lm events.",
         ),
     ] = None,
+    otlp: Annotated[
+        bool | None,
+        typer.Option(
+            "--otlp/--no-otlp",
+            help="Export traces, metrics and logs over OTLP, configured by the standard "
+            "OTEL_EXPORTER_OTLP_* variables (default: on when an OTLP endpoint is set there).",
+        ),
+    ] = None,
+    prometheus_port: Annotated[
+        int | None,
+        typer.Option(help="Serve metrics for Prometheus at http://127.0.0.1:PORT/metrics."),
+    ] = None,
+    trace_ratio: Annotated[
+        float | None,
+        typer.Option(
+            help="Share of frames traced through every stage (default 0.05, or "
+            "OTEL_TRACES_SAMPLER_ARG); frames behind an event are always traced."
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run media inputs through the pipeline and print / write the live timeline."""
@@ -169,8 +190,23 @@ def run(
         ocr_budget_s=ocr_budget_s,
         ocr_precision=ocr_precision.value if ocr_precision else None,
         ask=ask,
+        telemetry=_telemetry_options(otlp, prometheus_port, trace_ratio),
     )
     raise typer.Exit(code)
+
+
+def _telemetry_options(
+    otlp: bool | None, prometheus_port: int | None, trace_ratio: float | None
+) -> dict[str, Any]:
+    """The `telemetry` part of the job config (`streamfuse.telemetry.TelemetryConfig`)."""
+    from streamfuse.telemetry import TelemetryConfig
+
+    options: dict[str, Any] = {"otlp": TelemetryConfig.endpoint_in_env() if otlp is None else otlp}
+    if prometheus_port is not None:
+        options["prometheus_port"] = prometheus_port
+    if trace_ratio is not None:
+        options["sample_ratio"] = trace_ratio
+    return options
 
 
 def _vision_options(
@@ -210,6 +246,7 @@ def _run_main(
     ocr_budget_s: float | None = None,
     ocr_precision: str | None = None,
     ask: str | None = None,
+    telemetry: dict[str, Any] | None = None,
 ) -> int:
     from pydantic import ValidationError
 
@@ -225,6 +262,8 @@ def _run_main(
             extra["vision"] = vision
         if ask is not None:
             extra["lm"] = {"ask": ask}
+        if telemetry:
+            extra["telemetry"] = telemetry
         config = StreamfuseConfig(
             realtime=realtime, ocr=ocr, asr=asr, asr_config={"model": asr_model}, **extra
         )

@@ -87,6 +87,12 @@ class KVPool:
     def num_free(self) -> int:
         return len(self._free)
 
+    @property
+    def used_tokens(self) -> int:
+        """Cached tokens held by owned slots (the occupancy gauge reads it)."""
+        with self._lock:
+            return sum(n for n, owned in zip(self._lengths, self._owned, strict=True) if owned)
+
     # -- per-slot lengths ------------------------------------------------------------------
     def length(self, slot: Slot) -> int:
         self._check(slot)

@@ -33,6 +33,7 @@ from streamfuse.lm.config import LMConfig
 from streamfuse.lm.engine import LMEngine, Request, RequestHandle
 from streamfuse.lm.tokenizer import TextCodec, TextStream
 from streamfuse.pipeline.stage import Stage
+from streamfuse.telemetry.metrics import watch_lm_engine
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ class LMStage(Stage):
                 raise ModelError(f"model {self.config.lm.model.source!r} has no tokenizer.json")
             self.engine = self.engine or LMEngine(model, self.config.lm)
             self.tokenizer = self.tokenizer or tok
+        watch_lm_engine(self.engine)
         self.engine.start()
 
     async def teardown(self) -> None:

@@ -3,10 +3,13 @@
 An `Observer` attached with `Pipeline.observe` is told, on the event loop and in order, of every
 frame a node creates (`on_frame`: a source's frames, a stage's outputs, an error the runner made
 of a failure; a system frame merely passing through a stage is not reported again), every frame
-an overload policy dropped (`on_drop`), and every `process`/`flush` call a stage finished
-(`on_processed`, with the time the stage itself worked). QoS signals, the run statistics, the
-terminal view and telemetry subscribe here instead of parsing sink output. Callbacks must be
-cheap and must not block; an observer that raises is logged and detached, never the pipeline.
+an overload policy dropped (`on_drop`), and every `process`/`flush` call a stage starts
+(`on_processing`) and finishes (`on_processed`, with the time the stage itself worked). Both
+calls of a pair, and the `on_frame` of every output in between, run in that stage's task, so a
+context variable set in `on_processing` is seen by the stage's code until `on_processed`. QoS
+signals, the run statistics, the terminal view and tracing subscribe here instead of parsing
+sink output. Callbacks must be cheap and must not block; an observer that raises is logged and
+detached, never the pipeline.
 """
 
 from __future__ import annotations
@@ -42,6 +45,17 @@ class FramesDropped:
 
 
 @dataclass(frozen=True, slots=True)
+class FrameProcessing:
+    """`stage` starts a `process` (or, with `flushed`, its `flush`) call on `cause` at `wall`
+    (monotonic s)."""
+
+    stage: Stage
+    cause: Frame
+    wall: float
+    flushed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class FrameProcessed:
     """`stage` finished one `process` (or, with `flushed`, its `flush`) call on `cause`.
 
@@ -68,6 +82,9 @@ class Observer:
     def on_drop(self, event: FramesDropped) -> None:
         """An overload policy dropped frames."""
 
+    def on_processing(self, event: FrameProcessing) -> None:
+        """A stage starts one call."""
+
     def on_processed(self, event: FrameProcessed) -> None:
         """A stage finished one call."""
 
@@ -75,4 +92,4 @@ class Observer:
         """Every source ended and every stage drained (or the run was aborted)."""
 
 
-__all__ = ["FrameEmitted", "FrameProcessed", "FramesDropped", "Observer"]
+__all__ = ["FrameEmitted", "FrameProcessed", "FrameProcessing", "FramesDropped", "Observer"]

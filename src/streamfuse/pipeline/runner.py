@@ -22,7 +22,13 @@ from typing import Any
 
 from streamfuse.errors import PipelineError
 from streamfuse.frames import EndOfStream, ErrorFrame, Frame, SystemFrame, now_wall
-from streamfuse.pipeline.observer import FrameEmitted, FrameProcessed, FramesDropped, Observer
+from streamfuse.pipeline.observer import (
+    FrameEmitted,
+    FrameProcessed,
+    FrameProcessing,
+    FramesDropped,
+    Observer,
+)
 from streamfuse.pipeline.queues import FrameQueue, OverloadPolicy
 from streamfuse.pipeline.source import Source
 from streamfuse.pipeline.stage import Stage, StatsObserver
@@ -258,6 +264,7 @@ class Pipeline:
         self, stage: Stage, outputs: AsyncIterator[Frame], cause: Frame, *, flushed: bool = False
     ) -> None:
         """Run one `process`/`flush` call, timing the stage's own work (not downstream waits)."""
+        self._notify("on_processing", FrameProcessing(stage, cause, now_wall(), flushed))
         busy = 0.0
         failed = False
         t = time.perf_counter()

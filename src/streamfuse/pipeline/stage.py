@@ -9,6 +9,7 @@ calls run on (`await self.run_blocking(fn, ...)`), so the event loop never block
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import re
 from abc import ABC, abstractmethod
 from collections import deque
@@ -120,7 +121,10 @@ class Stage(ABC):
                 max_workers=self._threads, thread_name_prefix=f"sf-{self.name}"
             )
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
+        # The caller's context goes with the call (as `asyncio.to_thread` does), so what the
+        # model code logs carries the trace of the frame being processed.
+        context = contextvars.copy_context()
+        return await loop.run_in_executor(self._executor, lambda: context.run(fn, *args, **kwargs))
 
     def share_executor(self, executor: ThreadPoolExecutor) -> None:
         """Run this stage's blocking calls on `executor`, owned (and shut down) by the caller.

@@ -1,25 +1,38 @@
 """OpenTelemetry instruments used by the runtime.
 
-Uses only the OpenTelemetry *API*: with no SDK configured every call is a cheap no-op; an
-application (or `streamfuse.telemetry.setup`, later) installs a MeterProvider to export.
+`instruments()` returns the instruments of the meter provider `streamfuse.telemetry.setup`
+installed, else of the OpenTelemetry API's global provider (a no-op until an application
+installs an SDK): call it at each use rather than keeping the result, so a later `setup` is
+seen. Gauges read live objects registered with `watch_*` (held weakly) at each collection.
 """
 
 from __future__ import annotations
 
+import threading
+import time
 import weakref
 from collections.abc import Iterable
-from functools import cache
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+import psutil
 from opentelemetry import metrics
-from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.metrics import CallbackOptions, MeterProvider, Observation
 
 from streamfuse.telemetry import names
 
 
+def package_version() -> str:
+    try:
+        return version("streamfuse")
+    except PackageNotFoundError:  # pragma: no cover - running from a bare source tree
+        return "0+unknown"
+
+
 class Instruments:
-    def __init__(self) -> None:
-        meter = metrics.get_meter(names.METER_NAME)
+    def __init__(self, provider: MeterProvider | None = None) -> None:
+        provider = provider or metrics.get_meter_provider()
+        meter = provider.get_meter(names.METER_NAME, package_version())
         self.stage_latency = meter.create_histogram(
             names.STAGE_LATENCY, unit="s", description="Time a stage spent on one frame"
         )
@@ -44,23 +57,85 @@ class Instruments:
         self.ocr_resolution = meter.create_histogram(
             names.OCR_RESOLUTION, unit="px", description="OCR detector input height"
         )
+        self.ocr_det_side = meter.create_histogram(
+            names.OCR_DET_SIDE,
+            unit="px",
+            description="Detector long side of an OCR read (the resolution ladder rung)",
+        )
         self.asr_commit_latency = meter.create_histogram(
             names.ASR_COMMIT_LATENCY, unit="s", description="Arrival of a word's end to its commit"
         )
+        self.lm_tokens = meter.create_observable_counter(
+            names.LM_TOKENS,
+            callbacks=[_observe_lm_tokens],
+            unit="{token}",
+            description="Tokens through the language model (kind=prefill|decode)",
+        )
+        self.lm_decode_rate = meter.create_observable_gauge(
+            names.LM_DECODE_RATE,
+            callbacks=[_observe_lm_rate],
+            unit="{token}/s",
+            description="Decode tokens per second of forward time since the last collection",
+        )
+        self.lm_kv_slots = meter.create_observable_gauge(
+            names.LM_KV_SLOTS,
+            callbacks=[_observe_kv_slots],
+            unit="1",
+            description="Share of the KV-cache pool's slots in use",
+        )
+        self.lm_kv_tokens = meter.create_observable_gauge(
+            names.LM_KV_TOKENS,
+            callbacks=[_observe_kv_tokens],
+            unit="1",
+            description="Share of the KV-cache pool's token capacity holding tokens",
+        )
+        self.cpu_time = meter.create_observable_counter(
+            names.PROCESS_CPU_TIME,
+            callbacks=[_observe_cpu_time],
+            unit="s",
+            description="CPU time of the process (mode=user|system)",
+        )
+        self.cpu_utilization = meter.create_observable_gauge(
+            names.PROCESS_CPU_UTILIZATION,
+            callbacks=[_observe_cpu_utilization],
+            unit="1",
+            description="CPU time since the last collection over wall time and cores (0..1)",
+        )
 
 
-@cache
+_current: Instruments | None = None
+
+
 def instruments() -> Instruments:
-    return Instruments()
+    """The instruments of the active meter provider (see the module docstring)."""
+    global _current
+    if _current is None:
+        _current = Instruments()
+    return _current
+
+
+def use_meter_provider(provider: MeterProvider | None) -> None:
+    """Record into `provider` from now on (None: back to the API's global provider)."""
+    global _current
+    _current = Instruments(provider) if provider is not None else None
 
 
 _watched: weakref.WeakSet[Any] = weakref.WeakSet()
+_engines: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def watch_queues(pipeline: Any) -> None:
     """Report `pipeline`'s queue depths through the observable gauge while it is alive."""
-    instruments()
     _watched.add(pipeline)
+
+
+def watch_lm_engine(engine: Any) -> None:
+    """Report `engine`'s token counts, decode rate and KV-pool occupancy while it is alive.
+
+    Duck-typed (`engine.stats`: token counters and forward seconds; `engine.pool`: slots and
+    tokens in use), so this package does not import the language-model package.
+    """
+    _engines.add(engine)
 
 
 def _observe_queues(options: CallbackOptions) -> Iterable[Observation]:
@@ -68,3 +143,57 @@ def _observe_queues(options: CallbackOptions) -> Iterable[Observation]:
         for stage in pipeline.stages:
             depth = pipeline.queue_of(stage).data_depth
             yield Observation(depth, {"stage": stage.name, "pipeline": pipeline.name})
+
+
+def _observe_lm_tokens(options: CallbackOptions) -> Iterable[Observation]:
+    for engine in list(_engines):
+        yield Observation(engine.stats.prefill_tokens, {"kind": "prefill"})
+        yield Observation(engine.stats.decode_tokens, {"kind": "decode"})
+
+
+_rate_lock = threading.Lock()
+_last_decode: dict[int, tuple[int, float]] = {}
+
+
+def _observe_lm_rate(options: CallbackOptions) -> Iterable[Observation]:
+    for engine in list(_engines):
+        tokens, forward_s = engine.stats.decode_tokens, engine.stats.forward_s
+        with _rate_lock:
+            before = _last_decode.get(id(engine))
+            _last_decode[id(engine)] = (tokens, forward_s)
+        if before is not None and forward_s > before[1]:
+            yield Observation((tokens - before[0]) / (forward_s - before[1]))
+
+
+def _observe_kv_slots(options: CallbackOptions) -> Iterable[Observation]:
+    for engine in list(_engines):
+        pool = engine.pool
+        yield Observation((pool.num_slots - pool.num_free) / pool.num_slots)
+
+
+def _observe_kv_tokens(options: CallbackOptions) -> Iterable[Observation]:
+    for engine in list(_engines):
+        pool = engine.pool
+        yield Observation(pool.used_tokens / (pool.num_slots * pool.max_tokens))
+
+
+_process = psutil.Process()
+# [wall_s, cpu_s] at the previous utilization observation (the first covers since import).
+_cpu_last: list[float] = [time.monotonic(), float(sum(_process.cpu_times()[:2]))]
+
+
+def _observe_cpu_time(options: CallbackOptions) -> Iterable[Observation]:
+    t = _process.cpu_times()
+    yield Observation(float(t.user), {"mode": "user"})
+    yield Observation(float(t.system), {"mode": "system"})
+
+
+def _observe_cpu_utilization(options: CallbackOptions) -> Iterable[Observation]:
+    t = _process.cpu_times()
+    now, cpu = time.monotonic(), float(t.user + t.system)
+    with _rate_lock:
+        before = list(_cpu_last)
+        _cpu_last[:] = [now, cpu]
+    if now > before[0]:
+        cores = len(_process.cpu_affinity() or []) or psutil.cpu_count() or 1
+        yield Observation(max(0.0, (cpu - before[1]) / ((now - before[0]) * cores)))

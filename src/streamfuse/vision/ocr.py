@@ -399,7 +399,9 @@ class OcrStage(Stage):
                 backlog=self.backlog,
             )
         )
-        instruments().ocr_resolution.record(reading.resolution[1], {"stage": self.name})
+        ins, attrs = instruments(), {"stage": self.name}
+        ins.ocr_resolution.record(reading.resolution[1], attrs)
+        ins.ocr_det_side.record(det_side, attrs)
         if same_text_state(lines, state.lines, line_similarity=self.config.dedup_line_similarity):
             log.debug("t=%.3f: text unchanged, nothing emitted", frame.t_media)
             return
