@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,3 +29,16 @@ logging.getLogger("RapidOCR").setLevel(logging.WARNING)
 @pytest.fixture(scope="session")
 def assets() -> Path:
     return ASSETS
+
+
+@pytest.fixture
+def clean_otel() -> Iterator[None]:
+    """No `OTEL_*` variable from the environment, and telemetry shut down afterwards."""
+    from streamfuse import telemetry
+
+    saved = {k: os.environ.pop(k) for k in [k for k in os.environ if k.startswith("OTEL_")]}
+    try:
+        yield
+    finally:
+        telemetry.shutdown()
+        os.environ.update(saved)

@@ -25,18 +25,10 @@ from streamfuse.sources.synthetic import SyntheticSource
 from streamfuse.telemetry import TelemetryConfig, names
 from streamfuse.testing.otlp import OtlpGrpcReceiver, OtlpReceiver, ReceivedSpan, format_trace
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_otel")]
 
 ROOT = Path(__file__).resolve().parents[2]
 SHORT = ROOT / "assets" / "test" / "short.mp4"
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for key in [k for k in os.environ if k.startswith("OTEL_")]:
-        monkeypatch.delenv(key)
-    yield
-    telemetry.shutdown()
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import asyncio
 import logging
 import socket
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -21,17 +21,7 @@ from streamfuse.telemetry import TelemetryConfig
 from streamfuse.telemetry.config import DEFAULT_SAMPLE_RATIO
 from streamfuse.telemetry.metrics import instruments
 
-pytestmark = pytest.mark.unit
-
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    import os
-
-    for key in [k for k in os.environ if k.startswith("OTEL_")]:
-        monkeypatch.delenv(key)
-    yield
-    telemetry.shutdown()
+pytestmark = [pytest.mark.unit, pytest.mark.usefixtures("clean_otel")]
 
 
 def scrape(address: tuple[str, int]) -> str:

@@ -17,7 +17,7 @@ import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import (
     ExportLogsServiceRequest,
@@ -88,15 +88,35 @@ class ReceivedLog:
 
 
 class _Received:
-    """What the receivers keep: the decoded export requests, by signal."""
+    """What the receivers keep: the decoded export requests, by signal. A receiver is a
+    context manager (`start` on entry, `close` on exit); `endpoint` is what to give an OTLP
+    exporter (signals under /v1/... over HTTP; the http scheme means no TLS over gRPC)."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: str, port: int) -> None:
+        self.host = host
+        self.port = port
         self.traces: list[ExportTraceServiceRequest] = []
         self.metrics: list[ExportMetricsServiceRequest] = []
         self.logs: list[ExportLogsServiceRequest] = []
         self.requests = 0
         self.received_bytes = 0
         self._lock = threading.Lock()
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.host}:{self.port}"
 
     def _add(self, signal: str, request: Any, size: int) -> None:
         with self._lock:
@@ -176,9 +196,7 @@ class OtlpReceiver(_Received):
     """OTLP/HTTP (protobuf) on `host`, a free port unless `port` is given, until `close`."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        super().__init__()
-        self.host = host
-        self.port = port
+        super().__init__(host, port)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -222,17 +240,6 @@ class OtlpReceiver(_Received):
             self._thread.join(timeout=5)
             self._thread = None
 
-    def __enter__(self) -> OtlpReceiver:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def endpoint(self) -> str:
-        """The base URL to give an OTLP/HTTP exporter (signals under /v1/...)."""
-        return f"http://{self.host}:{self.port}"
-
     def _accept(self, path: str, body: bytes) -> tuple[int, bytes]:
         if path not in _SIGNALS:
             return 404, b""
@@ -250,9 +257,7 @@ class OtlpGrpcReceiver(_Received):
     """OTLP/gRPC (insecure) on `host`, a free port unless `port` is given, until `close`."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
-        super().__init__()
-        self.host = host
-        self.port = port
+        super().__init__(host, port)
         self._server: Any = None
 
     def start(self) -> OtlpGrpcReceiver:
@@ -300,17 +305,6 @@ class OtlpGrpcReceiver(_Received):
         if self._server is not None:
             self._server.stop(grace=1).wait()
             self._server = None
-
-    def __enter__(self) -> OtlpGrpcReceiver:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    @property
-    def endpoint(self) -> str:
-        """What to give an OTLP/gRPC exporter (the http scheme means no TLS)."""
-        return f"http://{self.host}:{self.port}"
 
 
 def format_trace(spans: list[ReceivedSpan], trace_id: str) -> str:
