@@ -79,16 +79,17 @@ class Pipeline:
         self.finished_wall: float | None = None
         #: Latest media time each source has released, by stream id (progress reporting).
         self.media_time: dict[str, float] = {}
-        self._observers: list[Observer] = [StatsObserver()]
+        # A tuple, replaced on change: notifying (several times per frame) never copies it.
+        self._observers: tuple[Observer, ...] = (StatsObserver(),)
 
     def observe(self, observer: Observer) -> Pipeline:
         """Attach `observer` (see `streamfuse.pipeline.observer`); before `run`."""
-        self._observers.append(observer)
+        self._observers = (*self._observers, observer)
         return self
 
     @property
     def observers(self) -> tuple[Observer, ...]:
-        return tuple(self._observers)
+        return self._observers
 
     # -- building -------------------------------------------------------------------------
     def link(
@@ -194,12 +195,12 @@ class Pipeline:
             self._notify("on_end", self.finished_wall)
 
     def _notify(self, hook: str, event: object) -> None:
-        for observer in list(self._observers):
+        for observer in self._observers:
             try:
                 getattr(observer, hook)(event)
             except Exception:
                 log.exception("observer %r failed and was detached", observer)
-                self._observers.remove(observer)
+                self._observers = tuple(o for o in self._observers if o is not observer)
 
     async def _emit(self, producer: Node, frame: Frame, *, created: bool = True) -> None:
         """Send `frame` to `producer`'s consumers; `created`: the producer made it (observers
