@@ -267,7 +267,7 @@ async def run_job(job: Job, sinks: list[EventSink]) -> None:
     """Run the job; warnings raised while building are written to the sinks first."""
     for warning in job.warnings:
         for sink in sinks:
-            sink.deliver(warning.to_record())
+            sink.write(warning.to_record())
     job.wall_start_s = now_wall()
     job.cpu_start_s = _cpu_s()
     try:

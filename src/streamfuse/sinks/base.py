@@ -26,18 +26,16 @@ class EventSink(Stage):
         record = frame.to_record(now)
         if self.started_wall is not None:
             record["wall_s"] = round(now - self.started_wall, 3)
-        instruments().event_latency.record(record["latency_ms"] / 1000.0, {"type": record["type"]})
-        self.deliver(record)
+        # Per sink: with several sinks attached one event is one sample in each sink's series.
+        attrs = {"type": record["type"], "sink": self.name}
+        instruments().event_latency.record(record["latency_ms"] / 1000.0, attrs)
+        self.write(record)
         return
         yield  # pragma: no cover
 
-    def deliver(self, record: dict[str, Any]) -> None:
-        """Write one rendered record (also used for records made outside the graph: build
-        warnings, the final `stats` record)."""
-        self.write(record)
-
     def write(self, record: dict[str, Any]) -> None:
-        """Render one record. Default: nothing (listeners only)."""
+        """Render one record (also called with records made outside the graph: build
+        warnings, the final `stats` record). Default: nothing."""
 
 
 class CollectSink(EventSink):

@@ -33,7 +33,7 @@ class _StreamState:
 
 
 class ConsoleView(Observer):
-    name = "console"
+    """The terminal view's state, fed by observing the pipeline's events (see module doc)."""
 
     def __init__(self, durations: dict[str, float | None] | None = None) -> None:
         self.durations = durations or {}
@@ -99,8 +99,6 @@ class ConsoleView(Observer):
         for col in ("stage", "frames", "queue", "dropped", "errors", "p50 ms", "p95 ms"):
             stages.add_column(col, justify="right" if col != "stage" else "left")
         for name, s in pipeline.snapshot().items():
-            if name == self.name:
-                continue
             stages.add_row(
                 name,
                 str(s["frames"]),
