@@ -151,18 +151,33 @@ def _observe_lm_tokens(options: CallbackOptions) -> Iterable[Observation]:
         yield Observation(engine.stats.decode_tokens, {"kind": "decode"})
 
 
-_rate_lock = threading.Lock()
-_last_decode: dict[int, tuple[int, float]] = {}
+class _Deltas:
+    """Differences of cumulative readings since the previous collection, per key: what the
+    rate gauges report (decode tokens per forward second, CPU seconds per wall second)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # a collection may run on an exporter thread
+        self._last: dict[Any, tuple[float, ...]] = {}
+
+    def since_last(self, key: Any, *readings: float) -> tuple[float, ...] | None:
+        """`readings` minus the previous ones for `key` (None the first time)."""
+        with self._lock:
+            before = self._last.get(key)
+            self._last[key] = readings
+        if before is None:
+            return None
+        return tuple(now - then for now, then in zip(readings, before, strict=True))
+
+
+_deltas = _Deltas()
 
 
 def _observe_lm_rate(options: CallbackOptions) -> Iterable[Observation]:
     for engine in list(_engines):
-        tokens, forward_s = engine.stats.decode_tokens, engine.stats.forward_s
-        with _rate_lock:
-            before = _last_decode.get(id(engine))
-            _last_decode[id(engine)] = (tokens, forward_s)
-        if before is not None and forward_s > before[1]:
-            yield Observation((tokens - before[0]) / (forward_s - before[1]))
+        stats = engine.stats
+        d = _deltas.since_last(("lm", id(engine)), stats.decode_tokens, stats.forward_s)
+        if d is not None and d[1] > 0:
+            yield Observation(d[0] / d[1])
 
 
 def _observe_kv_slots(options: CallbackOptions) -> Iterable[Observation]:
@@ -178,8 +193,7 @@ def _observe_kv_tokens(options: CallbackOptions) -> Iterable[Observation]:
 
 
 _process = psutil.Process()
-# [wall_s, cpu_s] at the previous utilization observation (the first covers since import).
-_cpu_last: list[float] = [time.monotonic(), float(sum(_process.cpu_times()[:2]))]
+_deltas.since_last("cpu", time.monotonic(), float(sum(_process.cpu_times()[:2])))  # from import
 
 
 def _observe_cpu_time(options: CallbackOptions) -> Iterable[Observation]:
@@ -190,10 +204,7 @@ def _observe_cpu_time(options: CallbackOptions) -> Iterable[Observation]:
 
 def _observe_cpu_utilization(options: CallbackOptions) -> Iterable[Observation]:
     t = _process.cpu_times()
-    now, cpu = time.monotonic(), float(t.user + t.system)
-    with _rate_lock:
-        before = list(_cpu_last)
-        _cpu_last[:] = [now, cpu]
-    if now > before[0]:
+    d = _deltas.since_last("cpu", time.monotonic(), float(t.user + t.system))
+    if d is not None and d[0] > 0:
         cores = len(_process.cpu_affinity() or []) or psutil.cpu_count() or 1
-        yield Observation(max(0.0, (cpu - before[1]) / ((now - before[0]) * cores)))
+        yield Observation(max(0.0, d[1] / (d[0] * cores)))
