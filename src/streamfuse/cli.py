@@ -251,7 +251,7 @@ def _run_main(
     from pydantic import ValidationError
 
     from streamfuse.app import StreamfuseConfig
-    from streamfuse.events import ErrorPayload, parse_record
+    from streamfuse.events import ErrorPayload, EventType, parse_record
 
     if not (ocr or asr):
         raise _fail("both --no-ocr and --no-asr: nothing to do")
@@ -274,8 +274,9 @@ def _run_main(
         records, _ = asyncio.run(_run(inputs, config, out_path, show_live))
     except StreamfuseError as e:
         raise _fail(str(e)) from None
-    payloads = (record.payload for record in map(parse_record, records))
-    errors = [p for p in payloads if isinstance(p, ErrorPayload)]
+    # Only the error records need parsing (a run has hundreds of others).
+    parsed = (parse_record(r).payload for r in records if r["type"] == EventType.ERROR)
+    errors = [p for p in parsed if isinstance(p, ErrorPayload)]
     for problem in errors:
         if problem.stage == "input":
             err.print(f"[yellow]note:[/yellow] {problem.message}", highlight=False, soft_wrap=True)

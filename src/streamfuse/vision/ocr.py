@@ -59,12 +59,10 @@ class OcrLine:
     box: Box
     conf: float
 
-    def to_record(self) -> dict[str, Any]:
-        return {
-            "text": self.text,
-            "box": [round(v) for v in self.box],
-            "conf": round(self.conf, 3),
-        }
+    def to_payload(self) -> OcrLineRecord:
+        """The line as it goes into an `ocr` event (box in whole pixels)."""
+        x0, y0, x1, y1 = (round(v) for v in self.box)
+        return OcrLineRecord(text=self.text, box=(x0, y0, x1, y1), conf=round(self.conf, 3))
 
     def shifted(self, dx: float, dy: float) -> OcrLine:
         x0, y0, x1, y1 = self.box
@@ -413,7 +411,7 @@ class OcrStage(Stage):
             t_end=frame.t_media,
             arrival_wall=frame.arrival_wall,
             payload=OcrPayload(
-                lines=[OcrLineRecord(**ln.to_record()) for ln in lines],
+                lines=[ln.to_payload() for ln in lines],
                 text="\n".join(ln.text for ln in lines),
                 n_lines=len(lines),
                 resolution=reading.resolution,
