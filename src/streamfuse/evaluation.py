@@ -164,20 +164,17 @@ def latency(events: Iterable[EventRecord | dict[str, Any]]) -> dict[str, dict[st
 
 def evaluate(truth: Truth, events: Iterable[EventRecord | dict[str, Any]]) -> dict[str, Any]:
     records = as_records(events)
-    summary = next(
-        (e for e, p in reversed(_of(records, StatsPayload)) if p.final and e.wall_s is not None),
-        None,
-    )
+    finals = [(e.wall_s, p) for e, p in _of(records, StatsPayload) if p.final and e.wall_s]
     result: dict[str, Any] = {}
     result.update(ocr_cer(truth, records))
     result.update(asr_wer(truth, records))
     result["latency_ms"] = latency(records)
     result["rtf"] = None
-    if summary is None:
+    if not finals:
         return result
-    stats = summary.payload
-    assert isinstance(stats, StatsPayload) and summary.wall_s is not None
-    result["rtf"] = round(summary.wall_s / truth.duration_s, 3)
+    wall_s, stats = finals[-1]
+    assert wall_s is not None
+    result["rtf"] = round(wall_s / truth.duration_s, 3)
     result["cpu_s"] = stats.cpu_s
     result["realtime"] = stats.realtime
     timed = [e for e in records if e.wall_s is not None and e.type != EventType.STATS]
