@@ -14,6 +14,8 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from streamfuse.events import AsrWord
+
 _PUNCT = re.compile(r"[^\w']+")
 _SENTENCE_END = re.compile(r"[.?!][\"')\]]*$")
 
@@ -39,13 +41,14 @@ class Word:
     def shifted(self, dt: float) -> Word:
         return Word(self.word, self.t_start + dt, self.t_end + dt, self.p)
 
-    def as_record(self) -> dict[str, float | str]:
-        return {
-            "word": self.word.strip(),
-            "t_start": round(self.t_start, 3),
-            "t_end": round(self.t_end, 3),
-            "p": round(self.p, 3),
-        }
+    def to_payload(self) -> AsrWord:
+        """The word as it goes into an `asr` event (stripped, times to the millisecond)."""
+        return AsrWord(
+            word=self.word.strip(),
+            t_start=round(self.t_start, 3),
+            t_end=round(self.t_end, 3),
+            p=round(self.p, 3),
+        )
 
 
 def join_words(words: Iterable[Word]) -> str:

@@ -25,7 +25,7 @@ from streamfuse.audio.policy import LocalAgreement, Word, join_words
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
 from streamfuse.audio.vad import GateEvent, SileroVad, SpeechGate, VadChunk
 from streamfuse.errors import StageError
-from streamfuse.events import AsrPartialPayload, AsrPayload, AsrWord
+from streamfuse.events import AsrPartialPayload, AsrPayload
 from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, AudioFrame, EventFrame, Frame, now_wall
 from streamfuse.pipeline.stage import Stage
 from streamfuse.telemetry.metrics import instruments
@@ -261,9 +261,7 @@ class AsrStage(Stage):
             t_media=words[0].t_start,
             t_end=words[-1].t_end,
             arrival_wall=arrival,
-            payload=AsrPayload(
-                text=join_words(words), words=[AsrWord(**w.as_record()) for w in words]
-            ),
+            payload=AsrPayload(text=join_words(words), words=[w.to_payload() for w in words]),
         )
 
     def _partial_event(self, words: Sequence[Word]) -> EventFrame | None:
