@@ -28,6 +28,8 @@ class EventType(StrEnum):
     ASR_PARTIAL = "asr_partial"
     LM_TOKEN = "lm_token"
     LM = "lm"
+    TEXT = "text"
+    GAP = "gap"
     ERROR = "error"
     STATS = "stats"
 
@@ -139,6 +141,25 @@ class LmPayload(Payload):
     context_tokens: int = Field(ge=0, description="Tokens of context the answer saw.")
     ttft_ms: float | None = Field(description="Time to the first token.")
     tok_s: float = Field(ge=0.0, description="Decode speed after the first token.")
+
+
+class TextPayload(Payload):
+    """A message from a text input stream (chat, captions), placed on the timeline."""
+
+    type: ClassVar[str] = EventType.TEXT
+
+    text: str
+    author: str | None = Field(None, description="Who wrote it (chat), if known.")
+    kind: str = Field("chat", description="What the text stream carries: chat, caption, ...")
+
+
+class GapPayload(Payload):
+    """Media time an input did not deliver (a live feed dropped and came back)."""
+
+    type: ClassVar[str] = EventType.GAP
+
+    reason: str = Field(description="Why the media is missing (e.g. the feed stalled).")
+    attempts: int = Field(ge=0, description="Reconnection attempts it took.")
 
 
 class ErrorPayload(Payload):

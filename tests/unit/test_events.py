@@ -18,6 +18,7 @@ from streamfuse.events import (
     EventRecord,
     EventSchemaError,
     EventType,
+    GapPayload,
     LmPayload,
     LmTokenPayload,
     OcrLine,
@@ -25,6 +26,7 @@ from streamfuse.events import (
     Payload,
     StageSnapshot,
     StatsPayload,
+    TextPayload,
     event_json_schema,
     parse_record,
 )
@@ -61,6 +63,8 @@ EXAMPLES: list[Payload] = [
         ttft_ms=31.0,
         tok_s=25.0,
     ),  # fmt: skip
+    TextPayload(text="what is on the slide?", author="alice"),
+    GapPayload(reason="feed stalled", attempts=2),
     ErrorPayload(stage="ocr:talk", message="boom"),
     StatsPayload(
         final=True,
