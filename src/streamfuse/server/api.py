@@ -332,9 +332,11 @@ def _parse_text(message: str) -> TextMessage | str:
     try:
         return TextMessage.model_validate_json(stripped)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "message"
-        return f"malformed text message: {where}: {first['msg']}"
+        problems = [
+            f"{'.'.join(str(p) for p in err['loc']) or 'message'}: {err['msg']}"
+            for err in e.errors()[:3]
+        ]
+        return "malformed text message: " + "; ".join(problems)
 
 
 def _too_big(n: int, limit: int) -> str:

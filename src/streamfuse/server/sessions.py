@@ -349,6 +349,9 @@ class SessionManager:
                 n_streams=max(1, len(self.running)),
             )
         except Exception as e:
+            if session.state is SessionState.STOPPED:  # stopped before its input began
+                session._close_results()
+                return
             session.state = SessionState.FAILED
             session.error = str(e) if isinstance(e, StreamfuseError) else f"{type(e).__name__}: {e}"
             if ready is not None:
