@@ -61,7 +61,6 @@ def missing(prom: PrometheusServer) -> set[str]:
     return set(EXPECTED) - stored
 
 
-@pytest.mark.slow
 def test_prometheus_scrapes_a_live_run(tmp_path: Path) -> None:
     clip = remux(SHORT, tmp_path / "lecture.mp4")  # a copy with a stream id of its own
     port = free_port()
