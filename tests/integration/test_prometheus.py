@@ -1,8 +1,9 @@
 """A real Prometheus server (Debian's `prometheus`, started here by `streamfuse.testing.prometheus`)
 scrapes streamfuse's endpoint on loopback: a live `streamfuse run --prometheus-port` of the test
 clip, and an overloaded in-process pipeline for the drop counter. The metrics are read back
-through Prometheus's HTTP API with their labels, so names, units and labels are what a real
-Prometheus stores, not what the exporter's text looks like."""
+through Prometheus's HTTP API with their labels (the models each stage runs among them), so
+names, units and labels are what a real Prometheus stores, not what the exporter's text looks
+like."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -51,6 +53,7 @@ EXPECTED = {
     "streamfuse_asr_commit_latency_seconds_count": {"stage"},
     "streamfuse_process_cpu_time_seconds_total": {"mode"},
     "streamfuse_process_cpu_utilization": set(),
+    "streamfuse_model_info": {"stage", "model", "precision", "runtime"},
     "target_info": {"service_name", "service_version", "host_name"},
 }
 
@@ -94,6 +97,14 @@ def test_prometheus_scrapes_a_live_run(tmp_path: Path) -> None:
         assert {"change:lecture", "ocr:lecture", "asr:lecture", "collect_sink"} <= stages
         info = prom.series("target_info")[0]
         assert info["service_name"] == "streamfuse"
+        models = {s["stage"]: s for s in prom.series("streamfuse_model_info")}
+        assert set(models) == {"ocr:lecture", "asr:lecture"}
+        ocr, asr = models["ocr:lecture"], models["asr:lecture"]
+        # One stream: OCR's `auto` precision is FP32 (rapidocr's own det + rec models).
+        assert "_det" in ocr["model"] and "_rec" in ocr["model"] and ocr["precision"] == "fp32"
+        assert ocr["runtime"].startswith(f"rapidocr {version('rapidocr')}, onnxruntime ")
+        assert (asr["model"], asr["precision"]) == ("whisper tiny.en", "int8")
+        assert asr["runtime"].startswith(f"faster-whisper {version('faster-whisper')}, ")
 
         # Values: what Prometheus holds agrees with the run's own record of itself.
         records = [json.loads(line) for line in out.read_text().splitlines()]

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -97,6 +98,13 @@ def test_ocr_event_trace_and_metrics_over_otlp_http(receiver: OtlpReceiver) -> N
         assert ocr.duration_ms >= 1000 * ocr.attributes[names.ATTR_BUSY] - 0.01
         assert change.attributes[names.ATTR_FRAME_TYPE] == "VideoFrame"
         assert ocr.attributes[names.ATTR_FRAME_TYPE] == "KeyFrame"
+        # The OCR models and their versions, on the OCR spans only.
+        assert "_det" in ocr.attributes[names.ATTR_MODEL_NAME]
+        assert ocr.attributes[names.ATTR_MODEL_PRECISION] == "fp32"
+        assert ocr.attributes[names.ATTR_MODEL_RUNTIME].startswith(
+            f"rapidocr {version('rapidocr')}, onnxruntime {version('onnxruntime')}"
+        )
+        assert names.ATTR_MODEL_NAME not in change.attributes
         latency_s = event.attributes[names.ATTR_EVENT_LATENCY]
         assert latency_s * 1e9 == pytest.approx(event.start_ns - source.start_ns, abs=2e6)
     # At ratio 1 every video frame has a source span (~12 s at 30 fps + end of stream).
