@@ -1,9 +1,9 @@
 """A real Prometheus server (Debian's `prometheus`, started here by `streamfuse.testing.prometheus`)
 scrapes streamfuse's endpoint on loopback: a live `streamfuse run --prometheus-port` of the test
-clip, and an overloaded in-process pipeline for the drop counter. The metrics are read back
-through Prometheus's HTTP API with their labels (the models each stage runs among them), so
-names, units and labels are what a real Prometheus stores, not what the exporter's text looks
-like."""
+clip, an overloaded in-process pipeline for the drop counter, and a token-protected endpoint
+(as `serve`'s /metrics is). The metrics are read back through Prometheus's HTTP API with their
+labels (the models each stage runs among them): names, units and labels as a real Prometheus
+stores them, not as the exporter's text looks."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import AsyncIterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.metadata import version
 from pathlib import Path
 
@@ -172,3 +174,42 @@ def test_prometheus_stores_drops_with_the_policy(tmp_path: Path) -> None:
         )
         assert stored, prom.query(query)
         assert stored[0]["metric"]["policy"] == "drop-oldest"
+
+
+def test_prometheus_sends_the_bearer_token_to_the_metrics_path(tmp_path: Path) -> None:
+    """What `serve`'s /metrics needs: a path of its own and a token on every scrape."""
+    seen: list[tuple[str, str | None]] = []
+
+    class Protected(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append((self.path, self.headers.get("Authorization")))
+            if self.headers.get("Authorization") != "Bearer s3cret":
+                self.send_response(401)
+                self.end_headers()
+                return
+            body = b"# TYPE guarded_total counter\nguarded_total 7\n"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # quiet
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Protected)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    target = f"127.0.0.1:{server.server_address[1]}"
+    try:
+        with PrometheusServer(
+            [target], tmp_path, metrics_path="/app/metrics", bearer_token="s3cret"
+        ) as prom:
+            prom.wait_until_up(timeout_s=60)
+            (value,) = prom.wait_for(lambda p: p.query("guarded_total"), timeout_s=30)
+            assert value["value"] == 7.0
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    assert seen and all(s == ("/app/metrics", "Bearer s3cret") for s in seen)
