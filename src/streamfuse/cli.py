@@ -417,13 +417,8 @@ def serve(
         typer.Option("--files/--no-files", help="Let sessions read local files by path."),
     ] = True,
     asr_model: Annotated[str, typer.Option(help="tiny.en, base, or a model path.")] = "tiny.en",
-    otlp: Annotated[
-        bool | None,
-        typer.Option("--otlp/--no-otlp", help="Export over OTLP (OTEL_EXPORTER_OTLP_*)."),
-    ] = None,
-    trace_ratio: Annotated[
-        float | None, typer.Option(help="Share of frames traced through every stage.")
-    ] = None,
+    otlp: OtlpOption = None,
+    trace_ratio: TraceRatioOption = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Serve the pipeline over HTTP: live browser camera/mic and text, URLs, a dashboard."""
@@ -454,14 +449,15 @@ def serve(
         )
     except ValidationError as e:
         raise _fail(f"invalid option: {e.errors()[0]['msg']}") from None
-    shown = "localhost" if host in ("127.0.0.1", "0.0.0.0") else host
-    err.print(
-        f"streamfuse serve on http://{host}:{port}\n"
-        f"dashboard: http://{shown}:{port}/?token={config.token}",
-        highlight=False,
-        soft_wrap=True,
-    )
-    run_server(config)
+
+    def announce(url: str) -> None:
+        err.print(
+            f"streamfuse serve on {url}\ndashboard: {url}/?token={config.token}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+    run_server(config, announce)
 
 
 def main() -> None:
