@@ -1,24 +1,47 @@
-"""Streaming vs offline ASR on the same audio, side by side in one run.
+"""Streaming ASR systems side by side on the same audio, with offline decoding as the reference.
 
-(a) offline: faster-whisper transcribes the whole file's 16 kHz audio with the same model;
-(b) streaming: `AsrStage` in a real pipeline (MediaSource, video off, real-time pacing by default).
-Prints both WERs against the truth file, commit latency p50/p95, real-time factor and CPU use.
-The last output line is one JSON object: wer_streaming, wer_offline, commit_latency_p50_s,
-commit_latency_p95_s, rtf (ASR compute seconds per second of audio, streaming).
+Systems (all the same Whisper model, each a real `Stage` fed 20 ms windows):
+- ``ours``: `AsrStage` primed with the slides' text (each slide's lines reach it `--ocr-delay-s`
+  after the slide appears, as the OCR stage's events would), ``ours-noprime``: unprimed;
+- ``la2``: whisper_streaming-style LocalAgreement-2: the growing buffer re-transcribed every
+  1 s (full window, no VAD), the longest common prefix of two hypotheses committed, the buffer
+  trimmed at a committed sentence end past 15 s;
+- ``vad``: VAD-segmented: Silero VAD utterances, each transcribed once when it ends (cut at 15 s).
+Offline: faster-whisper over each whole file at beam 5 (``wer_offline_beam5``, the accuracy the
+streaming systems are held to) and at the configured beam (``wer_offline``).
 
-    python benchmarks/asr_streaming.py [--model tiny.en|base|PATH] [--input CLIP.mp4]
-                                       [--realtime/--no-realtime]
+Word latency: per committed word, from its end (the recognizer's own word time) to its commit.
+``--realtime`` (default) paces the file at wall-clock speed through a pipeline: the commit's wall
+time minus the arrival of the audio window holding the word end. ``--no-realtime`` runs each
+system frame by frame on a simulated clock (a window arrives at its media time, the stage starts
+it when free, takes its measured compute time): quick, no queueing jitter, for choosing settings.
+Timing on a shared CPU is noisy: compare systems only within one run.
+
+Inputs: ``--input`` (default: the bundled lecture) and/or ``--speech-set DIR`` (the clips of
+``DIR/set.json`` in ``--split``). Prints one row per clip and system, an aggregate per group
+(bundled, dev, heldout) and system, and as its last line one JSON object: the old keys for the
+first input group (``wer_streaming``, ``wer_offline``, ``commit_latency_p50_s``,
+``commit_latency_p95_s``, ``rtf``) and ``groups`` -> group -> system -> ``wer``,
+``word_latency_p50_s``, ``word_latency_p95_s``, ``words``.
+
+    python benchmarks/asr_streaming.py [--model tiny.en|base|PATH] [--input CLIP]
+        [--speech-set assets/eval/speech --split dev|heldout|all]
+        [--systems ours,ours-noprime,la2,vad] [--realtime/--no-realtime]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import json
 import logging
 import os
 import sys
 import time
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +49,22 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_INPUT = ROOT / "src" / "streamfuse" / "assets" / "demo" / "lecture.mp4"  # package data
+SYSTEMS = ("ours", "ours-noprime", "la2", "vad")
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT / "src"))
+
+from streamfuse.audio import AsrConfig, AsrStage, Transcriber, WhisperTranscriber, Word  # noqa: E402
+from streamfuse.audio.policy import LocalAgreement, join_words  # noqa: E402
+from streamfuse.audio.priming import ScreenTerms  # noqa: E402
+from streamfuse.audio.vad import GateEvent, SileroVad, SpeechGate  # noqa: E402
+from streamfuse.events import AsrPayload  # noqa: E402
+from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, AudioFrame, EventFrame, Frame, now_wall  # noqa: E402
+from streamfuse.pipeline import FrameEmitted, Observer, Pipeline, Stage  # noqa: E402
+from streamfuse.sinks import CollectSink  # noqa: E402
+from streamfuse.sources.media import MediaSource  # noqa: E402
+from streamfuse.stats import percentiles  # noqa: E402
+from streamfuse.text import normalize_english, wer  # noqa: E402
 
 
 def _cpu_s() -> float:
@@ -33,75 +72,298 @@ def _cpu_s() -> float:
     return t.user + t.system
 
 
-def _truth_text(path: Path) -> str:
-    truth = json.loads(path.read_text())
-    return " ".join(u["text"] for u in truth["asr"])
+@dataclass
+class Clip:
+    name: str
+    group: str
+    audio: Path
+    truth: dict[str, Any]
+
+    @property
+    def ref(self) -> str:
+        return " ".join(u["text"] for u in self.truth["asr"])
+
+    @property
+    def n_ref_words(self) -> int:
+        return len(normalize_english(self.ref).split())
 
 
-def offline(audio: np.ndarray, config: Any) -> dict[str, Any]:
-    from faster_whisper import WhisperModel
-
-    from streamfuse.audio.models import resolve_whisper_model
-
-    model = WhisperModel(
-        str(resolve_whisper_model(config.model)),
-        device="cpu",
-        compute_type=config.compute_type,
-        cpu_threads=config.cpu_threads,
-    )
-    cpu0, t0 = _cpu_s(), time.perf_counter()
-    segments, _ = model.transcribe(audio, language=config.language, beam_size=config.beam_size)
-    text = " ".join(s.text.strip() for s in segments)
-    return {"text": text, "wall_s": time.perf_counter() - t0, "cpu_s": _cpu_s() - cpu0}
+@dataclass
+class Result:
+    text: str = ""
+    latencies_s: list[float] = field(default_factory=list)  # per committed word
+    event_latencies_s: list[float] = field(default_factory=list)  # per commit event
+    inference_s: float = 0.0
+    audio_s: float = 0.0
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
 
 
-async def streaming(path: Path, config: Any, realtime: bool) -> dict[str, Any]:
-    from streamfuse.audio import AsrStage
-    from streamfuse.events import EventType
-    from streamfuse.frames import EventFrame
-    from streamfuse.pipeline import FrameEmitted, Observer, Pipeline
-    from streamfuse.sinks import CollectSink
-    from streamfuse.sources.media import MediaSource
-    from streamfuse.stats import percentiles
+# -- baselines ------------------------------------------------------------------------------
+class _BufferStage(Stage):
+    """Shared plumbing of the baselines: an audio buffer, commit events, a prompt."""
 
-    source = MediaSource(path, realtime=realtime, video=False)
-    stage = AsrStage(config)
+    input_types = (AudioFrame,)
+
+    def __init__(self, transcriber: Transcriber, name: str) -> None:
+        super().__init__(name, threads=1)
+        self.transcriber = transcriber
+        self.buf = np.zeros(0, np.float32)
+        self.buf_t0: float | None = None
+        self.history: list[Word] = []
+        self.stream_id = "main"
+        self.inference_s = 0.0
+        self.audio_s = 0.0
+
+    @property
+    def buf_end(self) -> float:
+        return (self.buf_t0 or 0.0) + len(self.buf) / AUDIO_SAMPLE_RATE_HZ
+
+    def append(self, frame: AudioFrame) -> np.ndarray:
+        samples = np.asarray(frame.samples, np.float32).reshape(-1)
+        if self.buf_t0 is None:
+            self.buf_t0, self.stream_id = frame.t_media, frame.stream_id
+        self.buf = np.concatenate([self.buf, samples])
+        self.audio_s += len(samples) / AUDIO_SAMPLE_RATE_HZ
+        return samples
+
+    def cut(self, t: float) -> None:
+        assert self.buf_t0 is not None
+        k = min(len(self.buf), max(0, round((t - self.buf_t0) * AUDIO_SAMPLE_RATE_HZ)))
+        self.buf = self.buf[k:]
+        self.buf_t0 += k / AUDIO_SAMPLE_RATE_HZ
+
+    async def transcribe(self, audio: np.ndarray, t0: float) -> list[Word]:
+        before = [w for w in self.history if w.t_end <= t0 + 1e-3]
+        prompt = join_words(before)[-200:]
+        started = time.perf_counter()
+        words = await self.run_blocking(self.transcriber.transcribe, audio, prompt)
+        self.inference_s += time.perf_counter() - started
+        return [w.shifted(t0) for w in words]
+
+    def event(self, words: list[Word]) -> EventFrame:
+        self.history.extend(words)
+        return EventFrame(
+            stream_id=self.stream_id,
+            t_media=words[0].t_start,
+            t_end=words[-1].t_end,
+            arrival_wall=now_wall(),
+            payload=AsrPayload(text=join_words(words), words=[w.to_payload() for w in words]),
+        )
+
+
+class LocalAgreementStage(_BufferStage):
+    """whisper_streaming's OnlineASRProcessor: LocalAgreement-2 over the growing buffer."""
+
+    def __init__(self, transcriber: Transcriber, *, min_chunk_s: float = 1.0) -> None:
+        super().__init__(transcriber, "la2")
+        self.min_chunk_s = min_chunk_s
+        self.policy = LocalAgreement()
+        self.last_update = 0.0
+
+    async def process(self, frame: Frame) -> AsyncIterator[Frame]:
+        assert isinstance(frame, AudioFrame)
+        self.append(frame)
+        if self.buf_end - self.last_update < self.min_chunk_s or self.backlog > 0:
+            return
+        assert self.buf_t0 is not None
+        self.last_update = self.buf_end
+        words = await self.transcribe(self.buf, self.buf_t0)
+        committed = self.policy.insert(words)
+        if committed:
+            yield self.event(committed)
+        if self.buf_end - self.buf_t0 > 15.0:
+            ends = [w.t_end for w in self.history if w.ends_sentence and w.t_end > self.buf_t0]
+            if ends:
+                self.cut(ends[-1])
+            elif self.buf_end - self.buf_t0 > 25.0:
+                self.cut(self.policy.committed_end)
+
+    async def flush(self) -> AsyncIterator[Frame]:
+        committed = self.policy.commit_all()
+        if committed:
+            yield self.event(committed)
+
+
+class VadSegmentedStage(_BufferStage):
+    """Silero VAD utterances, each transcribed once at its end (a forced cut at `max_s`)."""
+
+    def __init__(self, transcriber: Transcriber, config: AsrConfig, *, max_s: float = 15.0):
+        super().__init__(transcriber, "vad")
+        self.config = config
+        self.max_s = max_s
+        self.vad: SileroVad | None = None
+        self.gate = SpeechGate(
+            config.vad_start_threshold, config.vad_end_threshold, config.min_silence_s
+        )
+        self.start: float | None = None
+
+    async def setup(self) -> None:
+        self.vad = await self.run_blocking(SileroVad)
+
+    async def process(self, frame: Frame) -> AsyncIterator[Frame]:
+        assert isinstance(frame, AudioFrame) and self.vad is not None
+        first = self.buf_t0 is None
+        samples = self.append(frame)
+        if first:
+            self.vad.reset(frame.t_media)
+        for chunk in await self.run_blocking(self.vad.push, samples):
+            change = self.gate.update(chunk)
+            if change is None:
+                continue
+            if change.event is GateEvent.SPEECH_START:
+                self.start = max(self.buf_t0 or 0.0, change.t - self.config.speech_pad_s)
+                self.cut(self.start)
+            elif self.start is not None:
+                async for out in self._utterance(change.t + self.config.speech_pad_s):
+                    yield out
+        if self.start is None:
+            self.cut(self.buf_end - 1.0)  # keep a little audio before the next speech start
+        elif self.buf_end - self.start > self.max_s:
+            async for out in self._utterance(self.buf_end):
+                yield out
+            self.start = self.buf_end
+
+    async def _utterance(self, end: float) -> AsyncIterator[Frame]:
+        assert self.buf_t0 is not None
+        n = round((min(end, self.buf_end) - self.buf_t0) * AUDIO_SAMPLE_RATE_HZ)
+        words = await self.transcribe(self.buf[:n], self.buf_t0)
+        if words:
+            yield self.event(words)
+        self.cut(min(end, self.buf_end))
+        self.start = None
+
+    async def flush(self) -> AsyncIterator[Frame]:
+        if self.start is not None:
+            async for out in self._utterance(self.buf_end):
+                yield out
+
+
+# -- running a system -----------------------------------------------------------------------
+def make_stage(system: str, clip: Clip, config: AsrConfig, transcriber: Transcriber,
+               ocr_delay_s: float) -> Stage:  # fmt: skip
+    if system == "la2":
+        return LocalAgreementStage(transcriber)
+    if system == "vad":
+        return VadSegmentedStage(transcriber, config)
+    terms = None
+    if system == "ours":
+        terms = ScreenTerms(window_s=config.prime_window_s)
+        for slide in clip.truth.get("ocr", []):
+            terms.add(slide["lines"], slide["t_start"] + ocr_delay_s)
+    return AsrStage(config, transcriber=transcriber, screen_terms=terms, name=system)
+
+
+def _words(frame: Frame) -> list[Any]:
+    if isinstance(frame, EventFrame) and isinstance(frame.payload, AsrPayload):
+        return list(frame.payload.words)
+    return []
+
+
+async def run_realtime(stage: Stage, clip: Clip) -> Result:
+    source = MediaSource(clip.audio, realtime=True, video=False)
     sink = CollectSink()
-    emitted: list[float] = []
+    arrivals_t: list[float] = []
+    arrivals_wall: list[float] = []
+    result = Result()
 
-    class EventTimes(Observer):
+    class Times(Observer):
         def on_frame(self, event: FrameEmitted) -> None:
-            if event.producer is stage and isinstance(event.frame, EventFrame):
-                emitted.append(event.wall)
+            frame = event.frame
+            if event.producer is source and isinstance(frame, AudioFrame):
+                arrivals_t.append(frame.t_end)
+                arrivals_wall.append(event.wall)
+            for w in _words(frame) if event.producer is stage else []:
+                i = min(bisect.bisect_left(arrivals_t, w.t_end - 1e-6), len(arrivals_t) - 1)
+                result.latencies_s.append(event.wall - arrivals_wall[i])
 
-    # 60 s of windows: the stage coalesces queued audio while an inference runs.
     pipeline = Pipeline("asr-bench").link(source, stage, maxsize=3000).link(stage, sink)
-    pipeline.observe(EventTimes())
+    pipeline.observe(Times())
     await source.open()
     await stage.setup()  # load before timing; the runner's own setup call is then a no-op
     cpu0, t0 = _cpu_s(), time.perf_counter()
     await pipeline.run()
-    wall = time.perf_counter() - t0
-    asr = sink.of_type(EventType.ASR)
-    errors = sink.of_type(EventType.ERROR)
-    latencies = [r["latency_ms"] / 1000.0 for r in asr] or [0.0]
-    q = percentiles(latencies)
+    result.wall_s, result.cpu_s = time.perf_counter() - t0, _cpu_s() - cpu0
+    asr = sink.of_type("asr")
+    result.text = " ".join(r["text"] for r in asr)
+    result.event_latencies_s = [r["latency_ms"] / 1000.0 for r in asr]
+    return result
+
+
+async def run_simulated(stage: Stage, clip: Clip) -> Result:
+    source = MediaSource(clip.audio, realtime=False, video=False)
+    await source.open()
+    frames = [f async for f in source.frames() if isinstance(f, AudioFrame)]
+    await stage.setup()
+    result = Result()
+    texts: list[str] = []
+    clock = 0.0  # simulated wall time = media time when idle
+
+    def take(outs: list[Frame], now: float) -> None:
+        for out in outs:
+            words = _words(out)
+            if words:
+                assert isinstance(out, EventFrame) and isinstance(out.payload, AsrPayload)
+                texts.append(out.payload.text)
+                result.latencies_s += [now - w.t_end for w in words]
+                result.event_latencies_s.append(now - out.t_end)
+
+    # The stage sees as backlog the windows that arrived (on the simulated clock) while it was
+    # busy, so it coalesces them into one inference as it would in a live pipeline.
+    ends = [f.t_end for f in frames]
+    index = 0
+    stage._backlog = lambda: max(0, bisect.bisect_right(ends, clock) - index - 1)
+    cpu0, t0 = _cpu_s(), time.perf_counter()
+    for index, frame in enumerate(frames):  # noqa: B007 (read by the backlog above)
+        started = time.perf_counter()
+        outs = [o async for o in stage.process(frame)]
+        clock = max(clock, frame.t_end) + time.perf_counter() - started
+        take(outs, clock)
+    started = time.perf_counter()
+    outs = [o async for o in stage.flush()]
+    take(outs, max(clock, frames[-1].t_end if frames else 0.0)
+         + time.perf_counter() - started)  # fmt: skip
+    result.wall_s, result.cpu_s = time.perf_counter() - t0, _cpu_s() - cpu0
+    result.text = " ".join(texts)
+    return result
+
+
+def offline(model: Any, clip: Clip, beam_size: int) -> str:
+    from faster_whisper import decode_audio
+
+    audio = decode_audio(str(clip.audio), sampling_rate=AUDIO_SAMPLE_RATE_HZ)
+    segments, _ = model.transcribe(audio, language="en", beam_size=beam_size)
+    return " ".join(s.text.strip() for s in segments)
+
+
+def load_clips(args: argparse.Namespace) -> list[Clip]:
+    clips = []
+    for path in args.input or ([] if args.speech_set else [DEFAULT_INPUT]):
+        truth_path = path.with_name(path.stem + ".truth.json")
+        clips.append(Clip(path.stem, "bundled" if path == DEFAULT_INPUT else "input", path,
+                          json.loads(truth_path.read_text())))  # fmt: skip
+    if args.speech_set:
+        manifest = json.loads((args.speech_set / "set.json").read_text())
+        for item in manifest["clips"]:
+            if args.split != "all" and item["split"] != args.split:
+                continue
+            if args.clips and item["name"] not in args.clips.split(","):
+                continue
+            truth = json.loads((args.speech_set / f"{item['name']}.truth.json").read_text())
+            clips.append(Clip(item["name"], item["split"], args.speech_set / f"{item['name']}.ogg",
+                              truth))  # fmt: skip
+    return clips
+
+
+def _agg(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    words = sum(r["ref_words"] for r in rows)
+    lat = [x for r in rows for x in r["latencies"]]
+    q = percentiles(lat) if lat else {"p50": float("nan"), "p95": float("nan")}
     return {
-        "text": " ".join(r["text"] for r in asr),
-        "events": len(asr),
-        "partials": len(sink.of_type(EventType.ASR_PARTIAL)),
-        "errors": [e["message"] for e in errors],
-        "latency_p50_s": q["p50"],
-        "latency_p95_s": q["p95"],
-        "latency_max_s": max(latencies),
-        "wall_s": wall,
-        "cpu_s": _cpu_s() - cpu0,
-        "audio_s": stage.audio_s,
-        "inference_s": stage.inference_s,
-        "inferences": stage.inferences,
-        "stage_busy_s": stage.stats.busy_s,
-        "last_event_after_end_s": (max(emitted) - stage.last_arrival_wall) if emitted else None,
-        "records": sink.records,
+        "wer": round(sum(r["wer"] * r["ref_words"] for r in rows) / max(1, words), 4),
+        "word_latency_p50_s": round(q["p50"], 3),
+        "word_latency_p95_s": round(q["p95"], 3),
+        "words": len(lat),
     }
 
 
@@ -110,14 +372,18 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--model", default="tiny.en", help="tiny.en, base or a CTranslate2 folder")
-    parser.add_argument("--input", type=Path, default=DEFAULT_INPUT)
-    parser.add_argument("--truth", type=Path, default=None, help="default: INPUT.truth.json")
+    parser.add_argument("--input", type=Path, action="append", default=[])
+    parser.add_argument("--speech-set", type=Path, default=None, help="e.g. assets/eval/speech")
+    parser.add_argument("--split", choices=("dev", "heldout", "all"), default="all")
+    parser.add_argument("--clips", default="", help="only these set clips (comma-separated)")
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument(
         "--realtime",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="pace the input at wall-clock speed (default) so latencies are meaningful",
     )
+    parser.add_argument("--ocr-delay-s", type=float, default=1.0)
     parser.add_argument("--beam-size", type=int, default=None)
     parser.add_argument("--threads", type=int, default=None, help="Whisper cpu_threads")
     parser.add_argument(
@@ -127,15 +393,9 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FIELD=VALUE",
         help="any other AsrConfig field (JSON value), repeatable",
     )
-    parser.add_argument("--events-out", type=Path, default=None, help="write streaming events")
+    parser.add_argument("--no-offline", action="store_true", help="skip the offline references")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-
-    from faster_whisper import decode_audio
-
-    from streamfuse.audio import AsrConfig
-    from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ
-    from streamfuse.text import wer
 
     overrides: dict[str, Any] = {"model": args.model}
     if args.beam_size is not None:
@@ -149,59 +409,84 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             overrides[key] = value
     config = AsrConfig(**overrides)
-    truth_path = args.truth or args.input.with_name(args.input.stem + ".truth.json")
-    ref = _truth_text(truth_path)
-    audio = decode_audio(str(args.input), sampling_rate=AUDIO_SAMPLE_RATE_HZ)
-    duration = len(audio) / AUDIO_SAMPLE_RATE_HZ
-
-    off = offline(audio, config)
-    st = asyncio.run(streaming(args.input, config, args.realtime))
-    if args.events_out:
-        with args.events_out.open("w") as f:
-            for r in st["records"]:
-                f.write(json.dumps(r) + "\n")
-
-    wer_off, wer_st = wer(ref, off["text"]), wer(ref, st["text"])
-    rtf = st["inference_s"] / max(duration, 1e-9)
+    systems = [s for s in args.systems.split(",") if s]
+    clips = load_clips(args)
+    transcriber = WhisperTranscriber(config)
+    transcriber.load()
+    runner: Callable[[Stage, Clip], Any] = run_realtime if args.realtime else run_simulated
     print(
-        f"input: {args.input} ({duration:.1f} s)  model: {config.model}  "
-        f"beam: {config.beam_size}  threads: {config.cpu_threads}  realtime: {args.realtime}"
+        f"model: {config.model}  beam: {config.beam_size}  threads: {config.cpu_threads}  "
+        f"realtime: {args.realtime}  clips: {len(clips)}  systems: {', '.join(systems)}"
     )
-    print(
-        f"offline   WER {wer_off:6.2%}  wall {off['wall_s']:.2f} s  "
-        f"rtf {off['wall_s'] / duration:.3f}  cpu {off['cpu_s'] / duration:.3f} cpu-s/s"
-    )
-    print(f"  {off['text']}")
-    print(
-        f"streaming WER {wer_st:6.2%}  commits {st['events']}  partials {st['partials']}  "
-        f"inferences {st['inferences']} ({st['inference_s']:.2f} s)"
-    )
-    print(f"  {st['text']}")
-    print(
-        f"commit latency p50 {st['latency_p50_s']:.3f} s  p95 {st['latency_p95_s']:.3f} s  "
-        f"max {st['latency_max_s']:.3f} s  last event {st['last_event_after_end_s']:.2f} s "
-        "after the last audio arrived"
-    )
-    print(
-        f"streaming rtf (inference s / audio s) {rtf:.3f}  "
-        f"cpu {st['cpu_s'] / duration:.3f} cpu-s per audio-s  wall {st['wall_s']:.1f} s"
-    )
-    if st["errors"]:
-        print(f"errors: {st['errors']}")
-    print(
-        json.dumps(
-            {
-                "wer_streaming": round(wer_st, 4),
-                "wer_offline": round(wer_off, 4),
-                "commit_latency_p50_s": round(st["latency_p50_s"], 3),
-                "commit_latency_p95_s": round(st["latency_p95_s"], 3),
-                "rtf": round(rtf, 4),
-            }
+    rows: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    audio_total: dict[str, float] = defaultdict(float)
+    first_group = clips[0].group if clips else ""
+    first: dict[str, Any] = {}
+    for clip in clips:
+        audio_total[clip.group] += clip.truth["duration_s"]
+        refs = {}
+        if not args.no_offline:
+            model = transcriber._model
+            model.frames = None
+            refs["offline-beam5"] = offline(model, clip, 5)
+            refs["offline"] = offline(model, clip, config.beam_size)
+        for name, text in refs.items():
+            score = wer(clip.ref, text)
+            rows[(clip.group, name)].append(
+                {"wer": score, "ref_words": clip.n_ref_words, "latencies": []}
+            )
+            print(f"{clip.name:32s} {name:13s} WER {score:6.1%}")
+        for system in systems:
+            stage = make_stage(system, clip, config, transcriber, args.ocr_delay_s)
+            res: Result = asyncio.run(runner(stage, clip))
+            score = wer(clip.ref, res.text)
+            rows[(clip.group, system)].append(
+                {"wer": score, "ref_words": clip.n_ref_words, "latencies": res.latencies_s}
+            )
+            q = percentiles(res.latencies_s) if res.latencies_s else {"p50": 0.0, "p95": 0.0}
+            print(
+                f"{clip.name:32s} {system:13s} WER {score:6.1%}  word latency p50 "
+                f"{q['p50']:.2f} s p95 {q['p95']:.2f} s  inference "
+                f"{getattr(stage, 'inference_s', 0.0):.1f} s  | {res.text[:110]}"
+            )
+            if clip.group == first_group and system == systems[0]:
+                ev = percentiles(res.event_latencies_s or [0.0])
+                first.setdefault("commit_latency_p50_s", []).extend(res.event_latencies_s)
+                first["inference_s"] = first.get("inference_s", 0.0) + getattr(
+                    stage, "inference_s", 0.0
+                )
+                del ev
+    groups: dict[str, dict[str, Any]] = defaultdict(dict)
+    print("\naggregate (WER over all words of the group; word latency pooled over words)")
+    for (group, system), group_rows in rows.items():
+        groups[group][system] = _agg(group_rows)
+        a = groups[group][system]
+        print(
+            f"{group:8s} {system:13s} WER {a['wer']:6.1%}  word latency p50 "
+            f"{a['word_latency_p50_s']:.2f} s  p95 {a['word_latency_p95_s']:.2f} s  "
+            f"({a['words']} words)"
         )
-    )
+    out: dict[str, Any] = {}
+    if first_group and systems:
+        g = groups[first_group]
+        ev = percentiles(first.get("commit_latency_p50_s") or [0.0])
+        out = {
+            "wer_streaming": g[systems[0]]["wer"],
+            "wer_offline": g.get("offline", {}).get("wer"),
+            "commit_latency_p50_s": round(ev["p50"], 3),
+            "commit_latency_p95_s": round(ev["p95"], 3),
+            "rtf": round(first.get("inference_s", 0.0) / max(1e-9, audio_total[first_group]), 4),
+        }
+    out["groups"] = {
+        group: {
+            **{k: v for k, v in sys_rows.items()},
+            "wer_offline_beam5": sys_rows.get("offline-beam5", {}).get("wer"),
+        }
+        for group, sys_rows in groups.items()
+    }
+    print(json.dumps(out))
     return 0
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT / "src"))
     sys.exit(main())

@@ -18,7 +18,7 @@ import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
 from streamfuse import telemetry
-from streamfuse.audio import AsrConfig, AsrStage
+from streamfuse.audio import AsrConfig, AsrStage, ScreenTerms
 from streamfuse.errors import SourceError
 from streamfuse.events import EventRecord, StatsPayload
 from streamfuse.frames import ErrorFrame, now_wall
@@ -257,7 +257,12 @@ async def build_pipeline(
         elif config.ocr:
             warnings.append(_note(stream_id, location, "no video stream: OCR skipped"))
         if config.asr and source.has_audio:
-            asr = AsrStage(asr_config, name=f"asr:{stream_id}")
+            screen = None
+            if stream_id in ocr_stages and asr_config.prime_max_terms > 0:
+                # Slide-aware ASR: the stream's `ocr` events reach its ASR stage by observation.
+                screen = ScreenTerms(stream_id, window_s=asr_config.prime_window_s)
+                pipeline.observe(screen)
+            asr = AsrStage(asr_config, screen_terms=screen, name=f"asr:{stream_id}")
             pipeline.link(source, asr, maxsize=config.audio_queue)
             branch_ends.append(asr)
         elif config.asr:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from streamfuse.audio import AsrConfig, AsrStage, Transcriber, Word
+from streamfuse.audio import AsrConfig, AsrStage, ScreenTerms, Transcriber, Word
 from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, AudioFrame, ErrorFrame, EventFrame
 from streamfuse.testing import run_stage
 
@@ -43,6 +44,7 @@ class ScriptedTranscriber(Transcriber):
         self.script = script
         self.calls = 0
         self.prompts: list[str] = []
+        self.hotwords: list[list[str]] = []
 
     def _offset(self, buf: np.ndarray) -> float:
         k = min(64, len(buf))
@@ -51,9 +53,17 @@ class ScriptedTranscriber(Transcriber):
                 return float(i) / SR
         raise AssertionError("buffer not found in the clip")
 
-    def transcribe(self, audio: np.ndarray, prompt: str = "", *, fast: bool = False) -> list[Word]:
+    def transcribe(
+        self,
+        audio: np.ndarray,
+        prompt: str = "",
+        *,
+        fast: bool = False,
+        hotwords: Sequence[str] = (),
+    ) -> list[Word]:
         self.calls += 1
         self.prompts.append(prompt)
+        self.hotwords.append(list(hotwords))
         t0 = self._offset(audio)
         t1 = t0 + len(audio) / SR
         jitter = 0.03 if self.calls % 2 else -0.03
@@ -156,3 +166,24 @@ def test_a_second_stream_is_refused_not_mixed_in(clip: np.ndarray) -> None:
         for w in f.payload.fields()["words"]
     ]  # fmt: skip
     assert words == [w for w, _, _ in script]
+
+
+def test_terms_read_on_screen_reach_the_model_as_hotwords(clip: np.ndarray) -> None:
+    terms = ScreenTerms(window_s=60.0)
+    terms.add(["Kubernetes control plane"], 0.0)
+    terms.add(["Cholesky decomposition"], 2.0)  # shown later: only for later buffers
+    fake = ScriptedTranscriber(clip, _truth_words())
+    stage = AsrStage(AsrConfig(), transcriber=fake, screen_terms=terms)
+    asyncio.run(_run(stage, clip))
+    assert fake.hotwords and all(h for h in fake.hotwords)
+    assert {"Kubernetes", "control", "plane"} <= set(fake.hotwords[0])
+    # Newest slide first once it is on screen; the same stage unprimed passes none.
+    assert fake.hotwords[-1][:2] == ["Cholesky", "decomposition"]
+    plain = ScriptedTranscriber(clip, _truth_words())
+    asyncio.run(_run(AsrStage(AsrConfig(), transcriber=plain), clip))
+    assert plain.hotwords and not any(plain.hotwords)
+    off = ScriptedTranscriber(clip, _truth_words())
+    asyncio.run(
+        _run(AsrStage(AsrConfig(prime_max_terms=0), transcriber=off, screen_terms=terms), clip)
+    )
+    assert not any(off.hotwords)

@@ -1,6 +1,7 @@
 """Audio path: Silero VAD, streaming Whisper ASR with a LocalAgreement commit policy.
 
-`AsrStage` consumes 20 ms `AudioFrame`s and emits `asr_partial` and committed `asr` events;
+`AsrStage` consumes 20 ms `AudioFrame`s and emits `asr_partial` and committed `asr` events,
+primed by the terms a `ScreenTerms` observer collects from the stream's `ocr` events;
 `resolve_whisper_model` maps ``tiny.en`` / ``base`` / a path to a local CTranslate2 folder.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 from streamfuse.audio.config import AsrConfig
 from streamfuse.audio.models import resolve_whisper_model
 from streamfuse.audio.policy import LocalAgreement, Word
+from streamfuse.audio.priming import ScreenTerms
 from streamfuse.audio.stage import AsrStage
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
 
@@ -16,6 +18,7 @@ __all__ = [
     "AsrConfig",
     "AsrStage",
     "LocalAgreement",
+    "ScreenTerms",
     "Transcriber",
     "WhisperTranscriber",
     "Word",

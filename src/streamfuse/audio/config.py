@@ -116,6 +116,16 @@ class AsrConfig(BaseModel):
         "probability below this starts a tail hallucination and is cut (0 disables).",
     )
     emit_partials: bool = Field(True, description="Emit `asr_partial` events.")
+    prime_max_terms: int = Field(
+        20,
+        ge=0,
+        le=100,
+        description="Slide priming: at most this many rare words read on screen are passed to "
+        "Whisper as hotwords (0 disables priming). Rare: the tokenizer splits them.",
+    )
+    prime_window_s: float = Field(
+        60.0, ge=1.0, le=600.0, description="Slide priming: terms on screen this recently."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> AsrConfig:

@@ -23,6 +23,7 @@ import numpy as np
 
 from streamfuse.audio.config import AsrConfig
 from streamfuse.audio.policy import LocalAgreement, Word, join_words
+from streamfuse.audio.priming import ScreenTerms, drop_recited
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
 from streamfuse.audio.vad import GateEvent, SileroVad, SpeechGate, VadChunk
 from streamfuse.errors import StageError
@@ -50,10 +51,13 @@ class AsrStage(Stage):
         *,
         transcriber: Transcriber | None = None,
         vad: SileroVad | None = None,
+        screen_terms: ScreenTerms | None = None,
         name: str | None = None,
     ) -> None:
         super().__init__(name or "asr", threads=1)
         self.config = config or AsrConfig()
+        #: Text read on screen (fed by an observer of `ocr` events): primes recognition.
+        self.screen_terms = screen_terms
         self._transcriber = transcriber
         self._vad = vad
         cfg = self.config
@@ -235,8 +239,11 @@ class AsrStage(Stage):
             return []
         audio = self._audio()[:n]
         prompt = self._prompt()
+        terms = self._terms(until)
         started = time.perf_counter()
-        raw = await self.run_blocking(self._transcriber.transcribe, audio, prompt, fast=fast)
+        raw = await self.run_blocking(
+            self._transcriber.transcribe, audio, prompt, fast=fast, hotwords=terms
+        )
         self.inference_s += time.perf_counter() - started
         self.inferences += 1
         log.debug(
@@ -249,6 +256,7 @@ class AsrStage(Stage):
         span_s = n / AUDIO_SAMPLE_RATE_HZ
         end = t0 + span_s
         raw = _drop_trailing_hallucination(raw, span_s, self.config.trailing_word_min_p)
+        raw = drop_recited(raw, terms)
         words = []
         for w in raw:
             w = Word(w.word, w.t_start + t0, min(w.t_end + t0, end), w.p)
@@ -360,6 +368,13 @@ class AsrStage(Stage):
     def _in_silence(self, w: Word) -> bool:
         probs = [c.prob for c in self._vad_probs if c.t_end > w.t_start and c.t_start < w.t_end]
         return bool(probs) and max(probs) < self.config.vad_end_threshold
+
+    def _terms(self, t: float) -> list[str]:
+        """Rare words read on screen lately (newest first, capped), for priming."""
+        n = self.config.prime_max_terms
+        if self.screen_terms is None or n == 0 or self._transcriber is None:
+            return []
+        return self.screen_terms.terms(t, self._transcriber.token_count, n)
 
     def _prompt(self) -> str:
         """Committed text that precedes the buffer (text inside it would be skipped)."""

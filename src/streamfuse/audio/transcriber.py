@@ -3,8 +3,9 @@
 `Transcriber.transcribe(audio, prompt)` returns `Word`s with times relative to the start of
 `audio`, already cleaned of segments Whisper itself marks as no-speech. `WhisperTranscriber` runs
 faster-whisper (CTranslate2, int8 on CPU) greedily with word timestamps; with `fast=True` it
-encodes only the buffered audio instead of a zero-padded 30 s window. Blocking: call it from the
-stage's worker thread.
+encodes only the buffered audio instead of a zero-padded 30 s window; `hotwords` (terms read on
+screen) go before the prompt, as Whisper's "previous text". Blocking: call it from the stage's
+worker thread.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +39,22 @@ class Transcriber(ABC):
         """Load the model (blocking; called once from the stage's worker thread)."""
 
     @abstractmethod
-    def transcribe(self, audio: np.ndarray, prompt: str = "", *, fast: bool = False) -> list[Word]:
+    def transcribe(
+        self,
+        audio: np.ndarray,
+        prompt: str = "",
+        *,
+        fast: bool = False,
+        hotwords: Sequence[str] = (),
+    ) -> list[Word]:
         """Recognise `audio`; `prompt` is earlier committed text, for context. `fast` asks for
-        a cheaper, less accurate pass (a short encoder window) when the model supports it."""
+        a cheaper, less accurate pass (a short encoder window) when the model supports it.
+        `hotwords`: terms likely to be spoken (read on screen), to bias recognition to them."""
+
+    def token_count(self, word: str) -> int:
+        """How many tokens the model spends on `word` (1: a word it knows well). The default
+        knows no tokenizer and counts every word as rare."""
+        return 2
 
 
 def _make_whisper(path: Path, config: AsrConfig) -> Any:
@@ -67,6 +82,7 @@ class WhisperTranscriber(Transcriber):
         self._model: Any = None
         self.calls = 0
         self.audio_s = 0.0
+        self._token_counts: dict[str, int] = {}
 
     def load(self) -> None:
         if self._model is not None:
@@ -85,7 +101,22 @@ class WhisperTranscriber(Transcriber):
         frames = int(math.ceil(seconds)) * _FRAMES_PER_S  # whole seconds: few distinct shapes
         return frames if frames < _FULL_FRAMES else None
 
-    def transcribe(self, audio: np.ndarray, prompt: str = "", *, fast: bool = False) -> list[Word]:
+    def token_count(self, word: str) -> int:
+        n = self._token_counts.get(word)
+        if n is None:
+            self.load()
+            ids = self._model.hf_tokenizer.encode(" " + word, add_special_tokens=False).ids
+            n = self._token_counts[word] = len(ids)
+        return n
+
+    def transcribe(
+        self,
+        audio: np.ndarray,
+        prompt: str = "",
+        *,
+        fast: bool = False,
+        hotwords: Sequence[str] = (),
+    ) -> list[Word]:
         self.load()
         model = self._model
         model.frames = self.context_frames(len(audio), fast)
@@ -99,6 +130,7 @@ class WhisperTranscriber(Transcriber):
             temperature=0.0,
             condition_on_previous_text=False,
             initial_prompt=prompt or None,
+            hotwords=", ".join(hotwords) or None,
             word_timestamps=True,
             without_timestamps=False,
             vad_filter=False,

@@ -1,0 +1,87 @@
+"""Slide priming: which on-screen words become hotwords, from which events; the recital guard."""
+
+from __future__ import annotations
+
+import pytest
+
+from streamfuse.audio import ScreenTerms, Word
+from streamfuse.audio.priming import drop_recited
+from streamfuse.events import OcrLine, OcrPayload
+from streamfuse.frames import EventFrame
+from streamfuse.pipeline import FrameEmitted
+
+pytestmark = pytest.mark.unit
+
+# A stand-in tokenizer: these words take several tokens (rare), any other word one.
+RARE = {"gradient", "kubernetes", "kubelet", "cholesky", "factorisation", "schedules"}
+
+
+def _count(word: str) -> int:
+    return 3 if word.lower() in RARE else 1
+
+
+def test_terms_are_rare_distinct_recent_and_newest_first() -> None:
+    terms = ScreenTerms(window_s=60.0)
+    terms.add(["Gradient descent", "learning rate schedules"], 0.0)
+    terms.add(["Kubernetes scheduling", "kubelet on every node"], 50.0)
+    terms.add(["Cholesky factorisation"], 130.0)
+    # Before the second slide: only the first one, only its rare words.
+    assert terms.terms(10.0, _count) == ["Gradient", "schedules"]
+    # At 100 s the first slide is 100 s old but was on screen until 50 s: inside the window.
+    assert terms.terms(100.0, _count) == ["Kubernetes", "kubelet", "Gradient", "schedules"]
+    # At 200 s the second slide left the screen 70 s ago: only the newest one counts.
+    assert terms.terms(200.0, _count) == ["Cholesky", "factorisation"]
+    # No look-ahead: a slide shown later never primes earlier audio.
+    assert "Cholesky" not in terms.terms(129.9, _count)
+    assert terms.terms(100.0, _count, limit=2) == ["Kubernetes", "kubelet"]
+    # Without a tokenizer every word of min_chars letters or more is a term; no duplicates.
+    terms.add(["KUBERNETES again"], 140.0)
+    assert terms.terms(140.0) == [
+        "KUBERNETES",
+        "again",
+        "Cholesky",
+        "factorisation",
+        "scheduling",
+        "kubelet",
+        "every",
+        "node",
+    ]
+
+
+def _ocr_event(stream_id: str, t: float, lines: list[tuple[str, float]]) -> FrameEmitted:
+    payload = OcrPayload(
+        lines=[OcrLine(text=text, box=(0, 0, 10, 10), conf=conf) for text, conf in lines],
+        text="\n".join(text for text, _ in lines),
+        n_lines=len(lines),
+        resolution=(640, 360),
+        scale=0.5,
+        roi=(0, 0, 1280, 720),
+        ocr_ms=10.0,
+        mean_conf=0.9,
+        frame_index=0,
+        t_changed=t,
+        reason="test",
+    )
+    frame = EventFrame(stream_id=stream_id, t_media=t, t_end=t, arrival_wall=0.0, payload=payload)
+    return FrameEmitted(producer=None, frame=frame, wall=0.0)  # type: ignore[arg-type]
+
+
+def test_observer_takes_confident_ocr_lines_of_its_own_stream() -> None:
+    terms = ScreenTerms("lecture")
+    terms.on_frame(_ocr_event("lecture", 5.0, [("Dijkstra heuristic", 0.95), ("Xqzzy", 0.2)]))
+    terms.on_frame(_ocr_event("other", 6.0, [("Bellman Ford", 0.99)]))
+    assert terms.terms(10.0) == ["Dijkstra", "heuristic"]
+    assert terms.terms(4.0) == []
+
+
+def _words(text: str) -> list[Word]:
+    return [Word(" " + w, i * 0.3, i * 0.3 + 0.25) for i, w in enumerate(text.split())]
+
+
+def test_a_recited_run_of_terms_is_dropped_a_spoken_phrase_kept() -> None:
+    terms = ["Kubernetes", "etcd", "kubelet", "autoscaler", "Gram", "Schmidt", "orthogonalisation"]
+    recited = _words("so Kubernetes, etcd, kubelet, autoscaler. and then")
+    assert [w.word.strip() for w in drop_recited(recited, terms)] == ["so", "and", "then"]
+    spoken = _words("use Gram Schmidt orthogonalisation on kubelet logs")
+    assert drop_recited(spoken, terms) == spoken
+    assert drop_recited(recited, []) == recited
