@@ -103,3 +103,16 @@ def test_join_words_attaches_whisper_continuations() -> None:
     words = [Word(" real", 0, 1), Word("-time", 1, 2), Word(" it", 2, 3), Word("'s", 3, 4)]
     assert join_words(words) == "real-time it's"
     assert join_words([Word("hello", 0, 1), Word("world", 1, 2)]) == "hello world"
+
+
+def test_an_unsure_or_too_recent_word_stops_the_agreed_prefix() -> None:
+    la = LocalAgreement()
+    first = [Word("the", 0.0, 0.2, 0.9), Word("eigen", 0.2, 0.5, 0.3), Word("value", 0.5, 0.8)]
+    la.insert(first)
+    # "eigen" is agreed on but unsure: it and all after it wait.
+    assert [w.word for w in la.insert(first, min_p=0.5)] == ["the"]
+    assert [w.word for w in la.pending] == ["eigen", "value"]
+    # Confirmed with confidence later, the rest commits; `before` holds back the newest word.
+    sure = [Word("eigen", 0.2, 0.5, 0.8), Word("value", 0.5, 0.8, 0.9), Word("is", 0.8, 1.0)]
+    assert [w.word for w in la.insert(sure, min_p=0.5, before=0.6)] == ["eigen"]
+    assert [w.word for w in la.insert(sure, min_p=0.5)] == ["value", "is"]

@@ -187,3 +187,32 @@ def test_terms_read_on_screen_reach_the_model_as_hotwords(clip: np.ndarray) -> N
         _run(AsrStage(AsrConfig(prime_max_terms=0), transcriber=off, screen_terms=terms), clip)
     )
     assert not any(off.hotwords)
+
+
+class FlippingTranscriber(ScriptedTranscriber):
+    """Every other hypothesis spells every word differently: two never agree."""
+
+    def transcribe(self, audio: np.ndarray, prompt: str = "", **kwargs: object) -> list[Word]:
+        words = super().transcribe(audio, prompt, **kwargs)  # type: ignore[arg-type]
+        if self.calls % 2:
+            return [Word(w.word.upper(), w.t_start, w.t_end, w.p) for w in words]
+        return [Word(w.word + "h", w.t_start, w.t_end, w.p) for w in words]
+
+
+def test_words_that_never_agree_are_committed_after_max_word_delay(clip: np.ndarray) -> None:
+    script = _truth_words()
+    base = {"fast_updates": True, "max_pending_s": 0.0, "update_interval_s": 0.5}
+    waiting = AsrStage(
+        AsrConfig(**base, max_word_delay_s=0.0), transcriber=FlippingTranscriber(clip, script)
+    )
+    events, _ = asyncio.run(_run(waiting, clip))
+    at_pauses = [e for e in events if e.type == "asr"]
+    bounded = AsrStage(
+        AsrConfig(**base, max_word_delay_s=1.0), transcriber=FlippingTranscriber(clip, script)
+    )
+    events, _ = asyncio.run(_run(bounded, clip))
+    early = [e for e in events if e.type == "asr"]
+    # Without the bound only utterance ends commit; with it, words go out inside utterances too.
+    assert len(early) > len(at_pauses)
+    words = [w["word"].lower().rstrip("h") for e in early for w in e.payload.fields()["words"]]
+    assert words == [w.lower().rstrip("h") for w, _, _ in script]

@@ -104,15 +104,28 @@ class LocalAgreement:
                 return words[n:]
         return words
 
-    def insert(self, hypothesis: Sequence[Word]) -> list[Word]:
-        """Feed a new hypothesis; return the words it commits (maybe none)."""
+    def insert(
+        self, hypothesis: Sequence[Word], *, min_p: float = 0.0, before: float = float("inf")
+    ) -> list[Word]:
+        """Feed a new hypothesis; return the words it commits (maybe none).
+
+        The agreed prefix stops at the first word the new hypothesis is unsure of (probability
+        below `min_p`) or that ends after media time `before`: such words wait for a later,
+        better-informed hypothesis (a full-window pass at the next pause) to confirm them.
+        """
         new = self.new_words(hypothesis)
         prev = self._prev
         if prev is None:
             self._prev = new
             return []
         n = 0
-        while n < len(prev) and n < len(new) and prev[n].key == new[n].key:
+        while (
+            n < len(prev)
+            and n < len(new)
+            and prev[n].key == new[n].key
+            and new[n].p >= min_p
+            and new[n].t_end <= before
+        ):
             n += 1
         committed = new[:n]
         self._prev = new[n:]

@@ -1,9 +1,11 @@
 """Streaming ASR stage: 20 ms audio windows in; `asr_partial` and committed `asr` events out.
 
 Silero VAD gates the work: silence is never transcribed. During speech the buffer (from the
-last trim point) is re-transcribed every `update_interval_s` of new audio and words are committed
-by LocalAgreement-2; when the VAD sees `min_silence_s` of silence, the whole hypothesis is
-committed at once and the buffer restarts. Long speech is trimmed at committed sentence ends.
+last trim point) is re-transcribed every `update_interval_s` of new audio (a short encoder
+window) and words are committed by LocalAgreement-2, or once `max_word_delay_s` old; when the VAD
+sees `min_silence_s` of silence, a full-window hypothesis is committed whole and the buffer
+restarts. Long speech is trimmed at committed sentence ends. With a `ScreenTerms`, rare words
+read on screen in the last minute are passed to the model as hotwords (slide priming).
 
 Latency contract: a committed `asr` event's `arrival_wall` is the arrival time of the audio
 window holding the end of its last word, so `latency_ms` = commit time - when that audio arrived.
@@ -177,7 +179,9 @@ class AsrStage(Stage):
             self._policy.observe(words)  # a partial only: a full-window pass commits
             committed = []
         else:
-            committed = self._policy.insert(words)
+            committed = self._policy.insert(words, min_p=self.config.agree_min_p if fast else 0.0)
+        if self.config.max_word_delay_s > 0:
+            committed += self._policy.commit_until(end - self.config.max_word_delay_s)
         if committed:
             yield self._asr_event(committed)
         partial = self._partial_event(self._policy.pending)

@@ -125,7 +125,7 @@ class WhisperTranscriber(Transcriber):
         segments, _ = model.transcribe(
             np.ascontiguousarray(audio, dtype=np.float32),
             language=language,
-            beam_size=cfg.beam_size,
+            beam_size=cfg.beam_size if fast else max(cfg.beam_size, cfg.full_beam_size),
             best_of=1,
             temperature=0.0,
             condition_on_previous_text=False,
