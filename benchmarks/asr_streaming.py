@@ -337,8 +337,8 @@ def load_clips(args: argparse.Namespace) -> list[Clip]:
     clips = []
     for path in args.input or ([] if args.speech_set else [DEFAULT_INPUT]):
         truth_path = path.with_name(path.stem + ".truth.json")
-        clips.append(Clip(path.stem, "bundled" if path == DEFAULT_INPUT else "input", path,
-                          json.loads(truth_path.read_text())))  # fmt: skip
+        group = "bundled" if path.resolve() == DEFAULT_INPUT else "input"
+        clips.append(Clip(path.stem, group, path, json.loads(truth_path.read_text())))
     if args.speech_set:
         manifest = json.loads((args.speech_set / "set.json").read_text())
         for item in manifest["clips"]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streamfuse.audio import ScreenTerms, Word
-from streamfuse.audio.priming import drop_recited
+from streamfuse.audio.priming import drop_recited, drop_unspoken_terms
 from streamfuse.events import OcrLine, OcrPayload
 from streamfuse.frames import EventFrame
 from streamfuse.pipeline import FrameEmitted
@@ -85,3 +85,19 @@ def test_a_recited_run_of_terms_is_dropped_a_spoken_phrase_kept() -> None:
     spoken = _words("use Gram Schmidt orthogonalisation on kubelet logs")
     assert drop_recited(spoken, terms) == spoken
     assert drop_recited(recited, []) == recited
+
+
+def test_a_primed_term_in_a_pause_is_dropped_one_in_speech_kept() -> None:
+    words = [
+        Word(" Lecture", 15.9, 16.2, 0.46),  # echoed from the slide into a pause
+        Word(" The", 17.2, 17.4, 0.84),
+        Word(" Kubernetes", 17.4, 18.0, 0.93),
+        Word(" um", 18.0, 18.3, 0.45),  # not primed: left to the other filters
+    ]
+
+    def speech(w: Word) -> float:  # the VAD heard a pause from 15.5 to 17.0 s
+        return 0.1 if w.t_end < 17.0 else 0.9
+
+    kept = drop_unspoken_terms(words, ["LECTURE", "Kubernetes"], speech, 0.5)
+    assert [w.word for w in kept] == [" The", " Kubernetes", " um"]
+    assert drop_unspoken_terms(words, [], speech, 0.5) == words

@@ -65,6 +65,14 @@ class AsrConfig(BaseModel):
         "latest hypothesis is committed as that hypothesis has it, agreed on or not (bounds the "
         "commit delay of words that keep changing; 0 disables).",
     )
+    agree_min_age_s: float = Field(
+        0.5,
+        ge=0.0,
+        le=10.0,
+        description="With fast updates: a word is committed by agreement only once it ended "
+        "this long before the end of the audio transcribed (right context makes a short "
+        "window's words reliable).",
+    )
     agree_min_p: float = Field(
         0.0,
         ge=0.0,
@@ -144,6 +152,22 @@ class AsrConfig(BaseModel):
         le=100,
         description="Slide priming: at most this many rare words read on screen are passed to "
         "Whisper as hotwords (0 disables priming). Rare: the tokenizer splits them.",
+    )
+    prime_min_overlap: int = Field(
+        2,
+        ge=0,
+        le=20,
+        description="Slide priming starts once the speech of the last `prime_window_s` (committed "
+        "and pending words) shares this many distinct 5+ letter words with the screen text "
+        "(0: always prime). Priming from slides about something else only hurts.",
+    )
+    prime_min_speech: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="Slide priming: a recognised word that is one of the primed terms is kept "
+        "only where the VAD's mean speech probability over it reaches this (a term echoed from "
+        "the prompt into a pause measured ~0.3, one that was said ~0.9).",
     )
     prime_window_s: float = Field(
         60.0, ge=1.0, le=600.0, description="Slide priming: terms on screen this recently."

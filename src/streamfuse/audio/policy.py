@@ -13,6 +13,7 @@ import re
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import takewhile
 
 from streamfuse.events import AsrWord
 
@@ -147,10 +148,11 @@ class LocalAgreement:
         self._commit(words)
         return words
 
-    def commit_until(self, t: float) -> list[Word]:
-        """Commit the pending words that end by media time `t` (forced trim of a long buffer)."""
+    def commit_until(self, t: float, *, min_p: float = 0.0) -> list[Word]:
+        """Commit the pending words that end by media time `t` (forced trim of a long buffer,
+        or words waiting too long), stopping at the first with a probability below `min_p`."""
         pending = self.pending
-        words = [w for w in pending if w.t_end <= t]
+        words = list(takewhile(lambda w: w.t_end <= t and w.p >= min_p, pending))
         if words:
             self._prev = pending[len(words) :]
             self._commit(words)

@@ -6,8 +6,10 @@ vision path). `ScreenTerms.terms(t)` gives the distinct rare words shown in the 
 before media time `t`, newest first, at most `limit`: the ASR stage passes them to Whisper as
 hotwords. Bounds against slide text leaking into the transcript: only rare words (those the
 model's tokenizer splits into several pieces: a common word needs no priming), never whole lines,
-a small cap, and `drop_recited` removes a run of primed terms recited in order (Whisper echoing
-its prompt over silence or noise).
+a small cap, priming only once the speech heard shares words with the screen (`relevant`: a
+slide about something else is not primed from), `drop_unspoken_terms` removes a primed term
+placed where the VAD heard no speech and `drop_recited` a run of primed terms in a row (Whisper
+echoing its prompt into a pause).
 """
 
 from __future__ import annotations
@@ -102,6 +104,22 @@ class ScreenTerms(Observer):
         return out
 
 
+def _stem(key: str) -> str:
+    return key[:6]  # "electrons" ~ "electron", "matrices" ~ "matrix": crude, but cheap
+
+
+def relevant(heard: Iterable[Word], shown: Iterable[str], min_overlap: int) -> bool:
+    """Whether the speech so far is about what is on screen: at least `min_overlap` distinct
+    words of 5+ letters (compared by their first 6 letters) both heard and shown.
+
+    Priming towards another lecture's slides biases the decoder for nothing (measured: WER up
+    on clips whose slides do not match the speech), so it waits for this evidence.
+    """
+    heard_stems = {_stem(w.key) for w in heard if len(w.key) >= 5}
+    shown_stems = {_stem(_key(x)) for line in shown for x in _WORD.findall(line)}
+    return len(heard_stems & {s for s in shown_stems if len(s) >= 5}) >= min_overlap
+
+
 def drop_recited(words: Sequence[Word], terms: Sequence[str], *, min_run: int = 4) -> list[Word]:
     """Remove runs of `min_run` or more consecutive words that are all primed terms.
 
@@ -125,4 +143,19 @@ def drop_recited(words: Sequence[Word], terms: Sequence[str], *, min_run: int = 
     return out
 
 
-__all__ = ["ScreenTerms", "TokenCount", "drop_recited"]
+def drop_unspoken_terms(
+    words: Sequence[Word],
+    terms: Sequence[str],
+    speech_prob: Callable[[Word], float],
+    min_speech: float,
+) -> list[Word]:
+    """Remove primed terms placed where the voice activity detector heard mostly no speech.
+
+    `speech_prob(word)` is the mean speech probability over the word's span. A term echoed from
+    the prompt lands in a pause (measured: mean ~0.3); a term that was said lies in speech (~0.9).
+    """
+    primed = {_key(t) for t in terms}
+    return [w for w in words if w.key not in primed or speech_prob(w) >= min_speech]
+
+
+__all__ = ["ScreenTerms", "TokenCount", "drop_recited", "drop_unspoken_terms", "relevant"]

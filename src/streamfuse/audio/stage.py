@@ -25,7 +25,7 @@ import numpy as np
 
 from streamfuse.audio.config import AsrConfig
 from streamfuse.audio.policy import LocalAgreement, Word, join_words
-from streamfuse.audio.priming import ScreenTerms, drop_recited
+from streamfuse.audio.priming import ScreenTerms, drop_recited, drop_unspoken_terms, relevant
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
 from streamfuse.audio.vad import GateEvent, SileroVad, SpeechGate, VadChunk
 from streamfuse.errors import StageError
@@ -179,9 +179,16 @@ class AsrStage(Stage):
             self._policy.observe(words)  # a partial only: a full-window pass commits
             committed = []
         else:
-            committed = self._policy.insert(words, min_p=self.config.agree_min_p if fast else 0.0)
+            cfg = self.config
+            committed = self._policy.insert(
+                words,
+                min_p=cfg.agree_min_p if fast else 0.0,
+                before=end - cfg.agree_min_age_s if fast else float("inf"),
+            )
         if self.config.max_word_delay_s > 0:
-            committed += self._policy.commit_until(end - self.config.max_word_delay_s)
+            committed += self._policy.commit_until(
+                end - self.config.max_word_delay_s, min_p=self.config.agree_min_p
+            )
         if committed:
             yield self._asr_event(committed)
         partial = self._partial_event(self._policy.pending)
@@ -268,6 +275,9 @@ class AsrStage(Stage):
                 log.debug("dropped %r (p=%.2f) in silence at %.2f s", w.word, w.p, w.t_start)
                 continue
             words.append(w)
+        if terms:
+            min_speech = self.config.prime_min_speech
+            words = drop_unspoken_terms(words, terms, self._speech_prob, min_speech)
         return words
 
     # -- events ---------------------------------------------------------------------------
@@ -369,16 +379,26 @@ class AsrStage(Stage):
         i = bisect.bisect_left(self._arr_t, t - 1e-6)
         return self._arr_wall[min(i, len(self._arr_wall) - 1)]
 
+    def _speech_prob(self, w: Word) -> float:
+        """Mean VAD speech probability over the word's span (1 when none was computed)."""
+        probs = [c.prob for c in self._vad_probs if c.t_end > w.t_start and c.t_start < w.t_end]
+        return sum(probs) / len(probs) if probs else 1.0
+
     def _in_silence(self, w: Word) -> bool:
         probs = [c.prob for c in self._vad_probs if c.t_end > w.t_start and c.t_start < w.t_end]
         return bool(probs) and max(probs) < self.config.vad_end_threshold
 
     def _terms(self, t: float) -> list[str]:
         """Rare words read on screen lately (newest first, capped), for priming."""
-        n = self.config.prime_max_terms
-        if self.screen_terms is None or n == 0 or self._transcriber is None:
+        cfg = self.config
+        screen = self.screen_terms
+        if screen is None or cfg.prime_max_terms == 0 or self._transcriber is None:
             return []
-        return self.screen_terms.terms(t, self._transcriber.token_count, n)
+        since = t - cfg.prime_window_s
+        heard = [w for w in (*self._history, *self._policy.pending) if w.t_end >= since]
+        if not relevant(heard, screen.lines(t), cfg.prime_min_overlap):
+            return []
+        return screen.terms(t, self._transcriber.token_count, cfg.prime_max_terms)
 
     def _prompt(self) -> str:
         """Committed text that precedes the buffer (text inside it would be skipped)."""

@@ -121,8 +121,38 @@ class WhisperTranscriber(Transcriber):
         model = self._model
         model.frames = self.context_frames(len(audio), fast)
         cfg = self.config
+        try:
+            segments = self._segments(audio, prompt, fast, hotwords)
+        except IndexError:
+            if not hotwords:
+                raise
+            # faster-whisper's word alignment can fail on a hypothesis the hotwords steered
+            # into an empty segment; the unprimed pass is the fallback.
+            log.debug("word alignment failed with hotwords %s; retrying without", hotwords)
+            segments = self._segments(audio, prompt, fast, ())
+        words: list[Word] = []
+        for seg in segments:
+            if seg.no_speech_prob > cfg.no_speech_threshold and seg.avg_logprob < (
+                cfg.logprob_threshold
+            ):
+                log.debug("dropped no-speech segment %r", seg.text)
+                continue
+            if seg.compression_ratio > cfg.compression_ratio_threshold:
+                log.debug("dropped repetitive segment %r", seg.text)
+                continue
+            for w in seg.words or []:
+                if Word(w.word, 0.0, 0.0).key:  # not punctuation alone
+                    words.append(Word(w.word, float(w.start), float(w.end), float(w.probability)))
+        self.calls += 1
+        self.audio_s += len(audio) / AUDIO_SAMPLE_RATE_HZ
+        return words
+
+    def _segments(
+        self, audio: np.ndarray, prompt: str, fast: bool, hotwords: Sequence[str]
+    ) -> list[Any]:
+        cfg = self.config
         language = "en" if self._english_only else cfg.language
-        segments, _ = model.transcribe(
+        segments, _ = self._model.transcribe(
             np.ascontiguousarray(audio, dtype=np.float32),
             language=language,
             beam_size=cfg.beam_size if fast else max(cfg.beam_size, cfg.full_beam_size),
@@ -142,22 +172,7 @@ class WhisperTranscriber(Transcriber):
             # early instead of decoding hundreds of tokens of it.
             max_new_tokens=int(_MAX_TOKENS_PER_S * len(audio) / AUDIO_SAMPLE_RATE_HZ) + 16,
         )
-        words: list[Word] = []
-        for seg in segments:
-            if seg.no_speech_prob > cfg.no_speech_threshold and seg.avg_logprob < (
-                cfg.logprob_threshold
-            ):
-                log.debug("dropped no-speech segment %r", seg.text)
-                continue
-            if seg.compression_ratio > cfg.compression_ratio_threshold:
-                log.debug("dropped repetitive segment %r", seg.text)
-                continue
-            for w in seg.words or []:
-                if Word(w.word, 0.0, 0.0).key:  # not punctuation alone
-                    words.append(Word(w.word, float(w.start), float(w.end), float(w.probability)))
-        self.calls += 1
-        self.audio_s += len(audio) / AUDIO_SAMPLE_RATE_HZ
-        return words
+        return list(segments)  # decoding runs lazily, while iterating
 
 
 __all__ = ["Transcriber", "WhisperTranscriber"]
