@@ -1,8 +1,9 @@
 """Streaming ASR systems side by side on the same audio, with offline decoding as the reference.
 
 Systems (all the same Whisper model, each a real `Stage` fed 20 ms windows):
-- ``ours``: `AsrStage` primed with the slides' text (each slide's lines reach it `--ocr-delay-s`
-  after the slide appears, as the OCR stage's events would), ``ours-noprime``: unprimed;
+- ``ours``: `AsrStage` as configured (default: unprimed); ``ours-primed``: the same primed with
+  the slides' text (each slide's lines reach it `--ocr-delay-s` after the slide appears, as the
+  OCR stage's events would; `prime_max_terms` 20 unless set);
 - ``la2``: whisper_streaming-style LocalAgreement-2: the growing buffer re-transcribed every
   1 s (full window, no VAD), the longest common prefix of two hypotheses committed, the buffer
   trimmed at a committed sentence end past 15 s;
@@ -28,7 +29,7 @@ first input group (``wer_streaming``, ``wer_offline``, ``commit_latency_p50_s``,
 
     python benchmarks/asr_streaming.py [--model tiny.en|base|PATH] [--input CLIP]
         [--speech-set assets/eval/speech --split dev|heldout|all]
-        [--systems ours,ours-noprime,la2,vad] [--realtime/--no-realtime]
+        [--systems ours,ours-primed,la2,vad] [--realtime/--no-realtime]
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_INPUT = ROOT / "src" / "streamfuse" / "assets" / "demo" / "lecture.mp4"  # package data
-SYSTEMS = ("ours", "ours-noprime", "la2", "vad")
+SYSTEMS = ("ours", "ours-primed", "la2", "vad")
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT / "src"))
@@ -249,10 +250,12 @@ def make_stage(system: str, clip: Clip, config: AsrConfig, transcriber: Transcri
     if system == "vad":
         return VadSegmentedStage(transcriber, config)
     terms = None
-    if system == "ours":
+    if system == "ours-primed":
         terms = ScreenTerms(window_s=config.prime_window_s)
         for slide in clip.truth.get("ocr", []):
             terms.add(slide["lines"], slide["t_start"] + ocr_delay_s)
+        if config.prime_max_terms == 0:
+            config = config.model_copy(update={"prime_max_terms": 20})
     return AsrStage(config, transcriber=transcriber, screen_terms=terms, name=system)
 
 

@@ -57,15 +57,13 @@ def test_build_pipeline_primes_each_asr_stage_with_its_streams_ocr() -> None:
     from streamfuse.app import StreamfuseConfig, build_pipeline
 
     clip = ASSETS / "short.mp4"
-    job = asyncio.run(build_pipeline([str(clip)], StreamfuseConfig(), [CollectSink()]))
+    primed = StreamfuseConfig(asr_config=AsrConfig(prime_max_terms=20))
+    job = asyncio.run(build_pipeline([str(clip)], primed, [CollectSink()]))
     (asr,) = [s for s in job.pipeline.stages if isinstance(s, AsrStage)]
     assert asr.screen_terms is not None and asr.screen_terms.stream_id == clip.stem
     assert asr.screen_terms in job.pipeline.observers
-    # No OCR on the stream, or priming switched off: nothing to prime with.
-    for config in (
-        StreamfuseConfig(ocr=False),
-        StreamfuseConfig(asr_config=AsrConfig(prime_max_terms=0)),
-    ):
+    # No OCR on the stream, or priming off (the default): nothing to prime with.
+    for config in (StreamfuseConfig(ocr=False, asr_config=primed.asr_config), StreamfuseConfig()):
         job = asyncio.run(build_pipeline([str(clip)], config, [CollectSink()]))
         (asr,) = [s for s in job.pipeline.stages if isinstance(s, AsrStage)]
         assert asr.screen_terms is None
@@ -86,7 +84,7 @@ def _transcribe(name: str, primed: bool) -> str:
         terms = ScreenTerms()
         for slide in truth["ocr"]:
             terms.add(slide["lines"], slide["t_start"] + 1.0)  # read a second after it shows
-    stage = AsrStage(AsrConfig(), screen_terms=terms)
+    stage = AsrStage(AsrConfig(prime_max_terms=20), screen_terms=terms)
     frames = [
         AudioFrame(t_media=i / SR, samples=audio[i : i + 320], arrival_wall=i / SR, index=i)
         for i in range(0, len(audio) - 320 + 1, 320)

@@ -173,7 +173,7 @@ def test_terms_read_on_screen_reach_the_model_as_hotwords(clip: np.ndarray) -> N
     terms.add(["Kubernetes control plane"], 0.0)
     terms.add(["Cholesky decomposition"], 2.0)  # shown later: only for later buffers
     fake = ScriptedTranscriber(clip, _truth_words())
-    always = AsrConfig(prime_min_overlap=0)
+    always = AsrConfig(prime_max_terms=20, prime_min_overlap=0)
     stage = AsrStage(always, transcriber=fake, screen_terms=terms)
     asyncio.run(_run(stage, clip))
     assert fake.hotwords and all(h for h in fake.hotwords)
@@ -219,16 +219,17 @@ def test_words_that_never_agree_are_committed_after_max_word_delay(clip: np.ndar
     assert words == [w.lower().rstrip("h") for w, _, _ in script]
 
 
-def test_slides_about_something_else_prime_nothing(clip: np.ndarray) -> None:
+def test_with_an_overlap_gate_off_topic_slides_prime_nothing(clip: np.ndarray) -> None:
     off_topic = ScreenTerms()
     off_topic.add(["Kubernetes control plane", "Cholesky decomposition"], 0.0)
     fake = ScriptedTranscriber(clip, _truth_words())
-    asyncio.run(_run(AsrStage(AsrConfig(), transcriber=fake, screen_terms=off_topic), clip))
+    gated = AsrConfig(prime_max_terms=20, prime_min_overlap=2)
+    asyncio.run(_run(AsrStage(gated, transcriber=fake, screen_terms=off_topic), clip))
     assert fake.hotwords and not any(fake.hotwords)
     # Slides sharing words with the speech ("slides", "spoken", "engine") prime once heard.
     on_topic = ScreenTerms()
     on_topic.add(["Slides and spoken words", "The engine reads Kubernetes"], 0.0)
     fake = ScriptedTranscriber(clip, _truth_words())
-    asyncio.run(_run(AsrStage(AsrConfig(), transcriber=fake, screen_terms=on_topic), clip))
+    asyncio.run(_run(AsrStage(gated, transcriber=fake, screen_terms=on_topic), clip))
     assert not fake.hotwords[0]  # nothing heard yet
     assert "Kubernetes" in fake.hotwords[-1]

@@ -147,14 +147,16 @@ class AsrConfig(BaseModel):
     )
     emit_partials: bool = Field(True, description="Emit `asr_partial` events.")
     prime_max_terms: int = Field(
-        20,
+        0,
         ge=0,
         le=100,
         description="Slide priming: at most this many rare words read on screen are passed to "
-        "Whisper as hotwords (0 disables priming). Rare: the tokenizer splits them.",
+        "Whisper as hotwords (rare: the tokenizer splits them). 0, the default, disables "
+        "priming: measured (docs/asr.md) it lowers WER on lectures whose slides carry the "
+        "spoken terms but raises it where they do not, and costs the bundled clip a word.",
     )
     prime_min_overlap: int = Field(
-        2,
+        0,
         ge=0,
         le=20,
         description="Slide priming starts once the speech of the last `prime_window_s` (committed "
