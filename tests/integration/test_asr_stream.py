@@ -106,7 +106,7 @@ def test_slide_terms_fix_domain_words_and_off_topic_slides_do_not_leak() -> None
     plain, primed = _transcribe(name, False), _transcribe(name, True)
     assert "kubernetes" not in normalize_english(plain).split()  # tiny.en alone mishears it
     assert "kubernetes" in normalize_english(primed).split(), primed
-    assert wer(ref, primed) <= 0.85 * wer(ref, plain), (plain, primed)
+    assert wer(ref, primed) < wer(ref, plain), (plain, primed)
     # Slides of another lecture: none of their terms appear in the transcript.
     name = "chem-lanc-white12-offslide"
     truth = json.loads((SPEECH_SET / f"{name}.truth.json").read_text())
