@@ -1,0 +1,179 @@
+"""Chromium's fake camera and microphone made from a media file, to drive the dashboard in a real
+browser: `fake_capture(src)` writes an MJPEG video at 30 fps (the rate Chromium plays MJPEG fake
+capture at) and a 16-bit WAV, cached by content; `chromium_launch_options(fake)` launches Debian's
+Chromium playing them (Playwright's `chromium.launch(**options)`; no browser download)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import av
+
+#: Chromium's file-backed fake camera plays MJPEG at this fixed rate (Y4M carries its own).
+MJPEG_FPS = 30
+#: The fake microphone's WAV: 16-bit mono at the rate browsers capture at.
+WAV_RATE = 48_000
+#: Where converted files are cached unless told otherwise (they are large: ~2 MB per second).
+DEFAULT_CACHE = Path(tempfile.gettempdir()) / "streamfuse-fake-capture"
+CHROMIUM_ENV = "STREAMFUSE_CHROMIUM"
+
+
+@dataclass(frozen=True, slots=True)
+class FakeCapture:
+    video: Path
+    audio: Path
+    duration_s: float
+    width: int
+    height: int
+
+
+def _key(src: Path, *parts: object) -> str:
+    h = hashlib.sha256()
+    with src.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    h.update(repr(parts).encode())
+    return h.hexdigest()[:16]
+
+
+def _write_mjpeg(
+    src: Path, dst: Path, max_duration_s: float | None, qscale: int
+) -> tuple[int, int, int]:
+    """Every 1/30 s of `src`, the newest decoded frame as a JPEG -> (frames, width, height)."""
+    n = 0
+    with av.open(str(src)) as inp, av.open(str(dst), "w", format="mjpeg") as out:
+        vin = inp.streams.video[0]
+        vin.thread_type = "AUTO"
+        vout = out.add_stream("mjpeg", rate=MJPEG_FPS)
+        vout.width = vin.codec_context.width
+        vout.height = vin.codec_context.height
+        vout.pix_fmt = "yuvj420p"
+        # A fixed quantizer (ffmpeg's -q:v) keeps small slide text sharp whatever the bitrate.
+        vout.codec_context.qmin = vout.codec_context.qmax = qscale
+        pending: av.VideoFrame | None = None
+        for frame in inp.decode(vin):
+            t = float(frame.time or 0.0)
+            if max_duration_s is not None and t >= max_duration_s:
+                break
+            # Emit the previous frame for every output tick before this one's time (repeats
+            # frames of a slower source, skips frames of a faster one).
+            while pending is not None and n / MJPEG_FPS < t:
+                n = _encode(out, vout, pending, n, qscale)
+            pending = frame
+        end = max_duration_s if max_duration_s is not None else float("inf")
+        if pending is not None:
+            last = float(pending.time or 0.0) + 1.0 / float(vin.average_rate or MJPEG_FPS)
+            while n / MJPEG_FPS < min(last, end):
+                n = _encode(out, vout, pending, n, qscale)
+        for packet in vout.encode(None):
+            out.mux(packet)
+        return n, vout.width, vout.height
+
+
+def _encode(out: Any, stream: Any, frame: av.VideoFrame, n: int, qscale: int) -> int:
+    img = frame.reformat(format="yuvj420p")
+    img.pts = n
+    img.time_base = Fraction(1, MJPEG_FPS)
+    for packet in stream.encode(img):
+        out.mux(packet)
+    return n + 1
+
+
+def _write_wav(src: Path, dst: Path, max_duration_s: float | None) -> None:
+    with av.open(str(src)) as inp, av.open(str(dst), "w", format="wav") as out:
+        ain = inp.streams.audio[0]
+        aout = out.add_stream("pcm_s16le", rate=WAV_RATE, layout="mono")
+        resampler = av.AudioResampler(format="s16", layout="mono", rate=WAV_RATE)
+        limit = None if max_duration_s is None else int(max_duration_s * WAV_RATE)
+        written = 0
+        for frame in [*inp.decode(ain), None]:
+            for chunk in resampler.resample(frame):
+                if limit is not None and written + chunk.samples > limit:
+                    keep = limit - written
+                    if keep <= 0:
+                        break
+                    arr = chunk.to_ndarray()[:, :keep]
+                    chunk = av.AudioFrame.from_ndarray(arr, format="s16", layout="mono")
+                    chunk.sample_rate = WAV_RATE
+                chunk.pts = None
+                written += chunk.samples
+                for packet in aout.encode(chunk):
+                    out.mux(packet)
+        for packet in aout.encode(None):
+            out.mux(packet)
+
+
+def fake_capture(
+    src: str | Path,
+    *,
+    cache_dir: str | Path | None = None,
+    max_duration_s: float | None = None,
+    jpeg_qscale: int = 2,
+) -> FakeCapture:
+    """Chromium fake-capture files for `src` (its first `max_duration_s` seconds if given).
+
+    `jpeg_qscale` is the JPEG quantizer (2 = near lossless, 31 = worst); 2 keeps 20 px slide
+    text as readable to OCR as in the source. Files are cached under `cache_dir` by the source's
+    content and these options, written to a temporary name first so a crash leaves no torn file.
+    """
+    src = Path(src)
+    folder = Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE
+    folder.mkdir(parents=True, exist_ok=True)
+    key = _key(src, max_duration_s, jpeg_qscale, MJPEG_FPS, WAV_RATE)
+    video = folder / f"{src.stem}-{key}.mjpeg"
+    audio = folder / f"{src.stem}-{key}.wav"
+    meta = folder / f"{src.stem}-{key}.txt"
+    if not (video.exists() and audio.exists() and meta.exists()):
+        tmp = folder / f".{key}.{os.getpid()}"
+        tmp.mkdir(exist_ok=True)
+        try:
+            frames, width, height = _write_mjpeg(src, tmp / "v.mjpeg", max_duration_s, jpeg_qscale)
+            if frames == 0:
+                raise ValueError(f"{src}: no video frames to make a fake camera from")
+            _write_wav(src, tmp / "a.wav", max_duration_s)
+            (tmp / "v.mjpeg").replace(video)
+            (tmp / "a.wav").replace(audio)
+            meta.write_text(f"{frames} {width} {height}\n", encoding="utf-8")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    frames, width, height = (int(x) for x in meta.read_text(encoding="utf-8").split())
+    return FakeCapture(video, audio, frames / MJPEG_FPS, width, height)
+
+
+def chromium_executable() -> str:
+    """Debian's Chromium (or `$STREAMFUSE_CHROMIUM`); raises FileNotFoundError naming both."""
+    path = (
+        os.environ.get(CHROMIUM_ENV) or shutil.which("chromium") or shutil.which("chromium-browser")
+    )
+    if not path:
+        raise FileNotFoundError(f"no chromium on PATH and ${CHROMIUM_ENV} unset")
+    return path
+
+
+def chromium_launch_options(
+    fake: FakeCapture | None = None, *, headless: bool = True
+) -> dict[str, Any]:
+    """Keyword arguments for Playwright's `chromium.launch`: the system Chromium, camera and
+    microphone granted without a prompt, fed from `fake`'s files (they loop), autoplay allowed."""
+    args = [
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
+        "--autoplay-policy=no-user-gesture-required",
+        # Keep a hidden or background page's timers and capture running at full rate.
+        "--disable-background-timer-throttling",
+        "--disable-renderer-backgrounding",
+        "--disable-backgrounding-occluded-windows",
+    ]
+    if fake is not None:
+        args += [
+            f"--use-file-for-fake-video-capture={fake.video}",
+            f"--use-file-for-fake-audio-capture={fake.audio}",
+        ]
+    return {"executable_path": chromium_executable(), "headless": headless, "args": args}
