@@ -9,6 +9,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -177,3 +178,57 @@ def chromium_launch_options(
             f"--use-file-for-fake-audio-capture={fake.audio}",
         ]
     return {"executable_path": chromium_executable(), "headless": headless, "args": args}
+
+
+@dataclass(frozen=True, slots=True)
+class LiveRun:
+    """What `run_live_session` saw in the page: the session, how long it recorded, and how many
+    seconds the camera had played before recording began (None if the browser cannot say)."""
+
+    session_id: str
+    recorded_s: float
+    capture_offset_s: float | None
+    chunks_sent: int
+    bytes_sent: int
+
+
+def run_live_session(
+    page: Any,
+    base_url: str,
+    token: str,
+    duration_s: float,
+    *,
+    chat: Sequence[tuple[float, str, str]] = (),
+    ask: str | None = None,
+    end_timeout_s: float = 120.0,
+) -> LiveRun:
+    """Open the dashboard in a Playwright `page`, start a live session from the (fake) camera
+    and microphone, record `duration_s` seconds, type each `(at_s, author, text)` of `chat`
+    into the chat box at that recording time, stop, and wait for the session's final stats."""
+    page.goto(f"{base_url}/?token={token}")
+    if ask:
+        page.fill("#ask", ask)
+    page.click("#start")
+    page.wait_for_function("window.streamfuse.state.recordingStartedAt !== null", timeout=30_000)
+    elapsed = "performance.now() - window.streamfuse.state.recordingStartedAt"
+    for at_s, author, text in sorted(chat):
+        page.wait_for_function(
+            f"{elapsed} >= {at_s * 1000}", polling=50, timeout=(at_s + 30) * 1000
+        )
+        page.fill("#chat-author", author)
+        page.fill("#chat-text", text)
+        page.click("#chat-form button[type=submit]")
+    page.wait_for_function(
+        f"{elapsed} >= {duration_s * 1000}", polling=20, timeout=(duration_s + 30) * 1000
+    )
+    recorded_s = page.evaluate(elapsed) / 1000.0
+    page.click("#stop")
+    page.wait_for_function("window.streamfuse.state.ended", timeout=end_timeout_s * 1000)
+    state = page.evaluate("window.streamfuse.state")
+    return LiveRun(
+        session_id=state["sessionId"],
+        recorded_s=recorded_s,
+        capture_offset_s=state["captureOffsetS"],
+        chunks_sent=state["chunksSent"],
+        bytes_sent=state["bytesSent"],
+    )

@@ -1,0 +1,225 @@
+"""The demo clip through a real browser against the same clip as a file, side by side in one run.
+
+file    = `streamfuse run CLIP --realtime --out F.jsonl` (a fresh process).
+browser = `streamfuse serve` (a fresh process); Debian's Chromium, driven by Playwright, opens
+          the dashboard with its fake camera and microphone playing the clip (MJPEG + WAV made by
+          `streamfuse.testing.browser.fake_capture`), starts a live session, records for the
+          clip's duration (MediaRecorder WebM chunks over the media WebSocket), stops; the
+          session's events are read back from its SSE stream.
+Both are scored by `streamfuse.evaluation` against the clip's truth: OCR CER, ASR WER, and the
+p95 of `latency_ms` of `ocr` and `asr` events (input arrival to emission; for `asr` that is the
+commit latency). The browser's media clock starts when recording starts, a little after its
+camera started playing the file; event times are shifted by that offset (the camera's frame
+count at recording start, reported by the page) before slides are matched.
+
+Prints the CPU model, a table of both runs, and ends with one JSON line
+{"file": {...}, "browser": {...}, "ratios": {...}, "capture_offset_s": ...}.
+
+    python benchmarks/browser_e2e.py [--input CLIP.mp4 --truth CLIP.truth.json] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from streamfuse.assets import demo_files
+from streamfuse.evaluation import evaluate, load_truth
+from streamfuse.testing.browser import chromium_launch_options, fake_capture, run_live_session
+
+ROOT = Path(__file__).resolve().parents[1]
+TOKEN = "browser-e2e"
+
+
+def cpu_description() -> str:
+    model = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores visible, {platform.machine()}"
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "streamfuse.cli", *args]
+
+
+def env() -> dict[str, str]:
+    # The child processes import this checkout's streamfuse, as this script does.
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), *filter(None, [e.get("PYTHONPATH")])])
+    return e
+
+
+def file_run(clip: Path, out: Path) -> list[dict[str, Any]]:
+    events = out / "file.jsonl"
+    subprocess.run(
+        cli("run", str(clip), "--realtime", "--no-live", "--out", str(events)),
+        check=True,
+        env=env(),
+        stdout=subprocess.DEVNULL,
+    )
+    return _raw(events)
+
+
+def _raw(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamfuse serve exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2):
+                return
+        except (urllib.error.URLError, ConnectionError):
+            time.sleep(0.25)
+    raise TimeoutError(f"{url}/health did not answer in {timeout_s} s")
+
+
+def session_events(url: str, session_id: str) -> list[dict[str, Any]]:
+    req = urllib.request.Request(
+        f"{url}/api/sessions/{session_id}/events",
+        headers={"Authorization": f"Bearer {TOKEN}", "Accept": "text/event-stream"},
+    )
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        body = resp.read().decode()
+    return [json.loads(ln[len("data:") :]) for ln in body.splitlines() if ln.startswith("data:")]
+
+
+def browser_run(clip: Path, out: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    from playwright.sync_api import sync_playwright
+
+    fake = fake_capture(clip)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = (out / "serve.log").open("wb")
+    proc = subprocess.Popen(
+        cli("serve", "--port", str(port), "--token", TOKEN),
+        env=env(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_healthy(url, proc)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(**chromium_launch_options(fake))
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            run = run_live_session(page, url, TOKEN, fake.duration_s, end_timeout_s=300)
+            page.screenshot(path=str(out / "dashboard.png"), full_page=True)
+            page.set_viewport_size({"width": 390, "height": 844})
+            page.screenshot(path=str(out / "dashboard-phone.png"), full_page=True)
+            browser.close()
+        events = session_events(url, run.session_id)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+    (out / "browser.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    # Media time 0 of the session is `capture_offset_s` into the clip: line them up for scoring.
+    offset = run.capture_offset_s or 0.0
+    for e in events:
+        if e["type"] != "stats":
+            e["t_start"] += offset
+            e["t_end"] += offset
+            for w in e.get("words", []):
+                w["t_start"] += offset
+                w["t_end"] += offset
+    info = {
+        "capture_offset_s": run.capture_offset_s,
+        "recorded_s": round(run.recorded_s, 3),
+        "mbit_s": round(8 * run.bytes_sent / run.recorded_s / 1e6, 2),
+    }
+    return events, info
+
+
+def figures(truth_path: Path, events: list[dict[str, Any]]) -> dict[str, Any]:
+    r = evaluate(load_truth(truth_path), events)
+    lat = r["latency_ms"]
+    return {
+        "ocr_cer": round(r["ocr_cer"], 4),
+        "asr_wer": round(r["asr_wer"], 4),
+        "ocr_p95_ms": lat.get("ocr", {}).get("p95"),
+        "asr_commit_p95_ms": lat.get("asr", {}).get("p95"),
+        "ocr_events": lat.get("ocr", {}).get("n", 0),
+        "asr_events": lat.get("asr", {}).get("n", 0),
+        "cpu_s": r.get("cpu_s"),
+        "rtf": r.get("rtf"),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--input", type=Path, help="clip (default: the bundled demo)")
+    ap.add_argument("--truth", type=Path, help="its truth JSON (default: the demo's)")
+    ap.add_argument("--out", type=Path, help="folder for events, screenshots and the server log")
+    args = ap.parse_args()
+    out = args.out or Path(tempfile.mkdtemp(prefix="browser-e2e-"))
+    out.mkdir(parents=True, exist_ok=True)
+    with demo_files() as demo:
+        clip = args.input or demo.clip
+        truth = args.truth or demo.truth
+        print(f"CPU: {cpu_description()}", file=sys.stderr)
+        print(f"clip: {clip}; output in {out}", file=sys.stderr)
+        t0 = time.monotonic()
+        file_events = file_run(clip, out)
+        t1 = time.monotonic()
+        web_events, info = browser_run(clip, out)
+        t2 = time.monotonic()
+        result: dict[str, Any] = {
+            "file": figures(truth, file_events),
+            "browser": figures(truth, web_events),
+            **info,
+        }
+    f, b = result["file"], result["browser"]
+    result["ratios"] = {
+        k: round(b[k] / f[k], 3) if f[k] and b[k] is not None else None
+        for k in ("ocr_p95_ms", "asr_commit_p95_ms")
+    }
+    result["cpu"] = cpu_description()
+    rows = [
+        ("OCR CER", "ocr_cer", "{:.2%}"),
+        ("ASR WER", "asr_wer", "{:.2%}"),
+        ("ocr latency p95 ms", "ocr_p95_ms", "{:.0f}"),
+        ("ASR commit latency p95 ms", "asr_commit_p95_ms", "{:.0f}"),
+        ("ocr / asr events", None, ""),
+        ("CPU s (pipeline)", "cpu_s", "{:.1f}"),
+    ]
+    print(f"\nCPU: {result['cpu']}")
+    print(f"wall: file run {t1 - t0:.0f} s, browser run {t2 - t1:.0f} s (with start-up)")
+    print(f"browser: {info}")
+    print(f"{'':28}{'file':>12}{'browser':>12}")
+    for label, key, fmt in rows:
+        if key is None:
+            fv, bv = (f"{x['ocr_events']}/{x['asr_events']}" for x in (f, b))
+        else:
+            fv, bv = (fmt.format(x[key]) if x[key] is not None else "-" for x in (f, b))
+        print(f"{label:28}{fv:>12}{bv:>12}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
