@@ -379,6 +379,81 @@ def eval_cmd(
         _print_scores(result)
 
 
+@app.command()
+def serve(
+    host: Annotated[
+        str, typer.Option(help="Address to listen on (0.0.0.0 opens it to the network).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (0: any free port).")] = 8765,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="STREAMFUSE_TOKEN",
+            help="Token every route but /health requires (default: a random one, printed).",
+        ),
+    ] = None,
+    max_sessions: Annotated[int, typer.Option(help="Sessions running at once.")] = 8,
+    max_message_bytes: Annotated[
+        int, typer.Option(help="Largest WebSocket message or request body.")
+    ] = 4 << 20,
+    idle_timeout_s: Annotated[
+        float, typer.Option(help="End a live session after this long without input.")
+    ] = 30.0,
+    metrics_public: Annotated[
+        bool, typer.Option("--metrics-public", help="Serve /metrics without the token.")
+    ] = False,
+    files: Annotated[
+        bool,
+        typer.Option("--files/--no-files", help="Let sessions read local files by path."),
+    ] = True,
+    asr_model: Annotated[str, typer.Option(help="tiny.en, base, or a model path.")] = "tiny.en",
+    otlp: Annotated[
+        bool | None,
+        typer.Option("--otlp/--no-otlp", help="Export over OTLP (OTEL_EXPORTER_OTLP_*)."),
+    ] = None,
+    trace_ratio: Annotated[
+        float | None, typer.Option(help="Share of frames traced through every stage.")
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Serve the pipeline over HTTP: live browser camera/mic and text, URLs, a dashboard."""
+    from pydantic import ValidationError
+
+    from streamfuse.app import StreamfuseConfig
+    from streamfuse.server import ServeConfig
+    from streamfuse.server import serve as run_server
+
+    _setup_logging(verbose)
+    try:
+        job = StreamfuseConfig(
+            realtime=True,
+            asr_config={"model": asr_model},
+            telemetry=_telemetry_options(otlp, None, trace_ratio),
+        )
+        options: dict[str, Any] = {"token": token} if token else {}
+        config = ServeConfig(
+            host=host,
+            port=port,
+            max_sessions=max_sessions,
+            max_message_bytes=max_message_bytes,
+            idle_timeout_s=idle_timeout_s,
+            metrics_public=metrics_public,
+            allow_files=files,
+            job=job,
+            **options,
+        )
+    except ValidationError as e:
+        raise _fail(f"invalid option: {e.errors()[0]['msg']}") from None
+    shown = "localhost" if host in ("127.0.0.1", "0.0.0.0") else host
+    err.print(
+        f"streamfuse serve on http://{host}:{port}\n"
+        f"dashboard: http://{shown}:{port}/?token={config.token}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    run_server(config)
+
+
 def main() -> None:
     app()
 

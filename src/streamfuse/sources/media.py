@@ -72,6 +72,11 @@ class MediaSource(Source):
         await asyncio.to_thread(self._open_sync)
 
     def _open_sync(self) -> None:
+        self._container = self._open_container()
+        self._inspect()
+
+    def _open_container(self) -> Any:
+        """The opened PyAV input container (raising `SourceError` naming the problem)."""
         loc = self.location
         if not is_url(loc):
             path = Path(loc)
@@ -81,7 +86,7 @@ class MediaSource(Source):
                 raise SourceError(f"input is a directory, expected a media file: {loc}")
         try:
             options = {"rw_timeout": str(int(self.open_timeout_s * 1e6))} if is_url(loc) else {}
-            self._container = av.open(loc, options=options, timeout=self.open_timeout_s)
+            return av.open(loc, options=options, timeout=self.open_timeout_s)
         except av.error.FileNotFoundError as e:
             raise SourceError(f"input not found: {loc}") from e
         except (av.error.ConnectionRefusedError, av.error.HTTPError, OSError) as e:
@@ -92,7 +97,10 @@ class MediaSource(Source):
             raise SourceError(
                 f"not a readable media file: {loc} ({_reason(e)}; truncated or not audio/video?)"
             ) from e
-        c = self._container
+
+    def _inspect(self) -> None:
+        """Read the opened container's streams: which to decode, duration, rate, size."""
+        c, loc = self._container, self.location
         self.has_video = bool(c.streams.video) and self.want_video
         self.has_audio = bool(c.streams.audio) and self.want_audio
         if not c.streams.video and not c.streams.audio:
