@@ -42,10 +42,9 @@ def fake(tmp_path_factory: pytest.TempPathFactory) -> FakeCapture:
 
 @pytest.fixture(scope="module")
 def base_url() -> Iterator[str]:
-    from streamfuse.server import ServeConfig
-    from streamfuse.server.testing import serve_in_thread
+    from streamfuse.server import ServeConfig, serve_in_thread
 
-    with serve_in_thread(ServeConfig(token=TOKEN)) as url:
+    with serve_in_thread(ServeConfig(token=TOKEN, port=0)) as url:
         yield url.rstrip("/")
 
 
@@ -135,8 +134,8 @@ def test_phone_viewport_has_no_horizontal_overflow(
         "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
     )
     assert widths[0] <= widths[1], widths
-    columns = page.evaluate(
-        "getComputedStyle(document.querySelector('main.grid')).gridTemplateColumns.split(' ').length"
+    columns = page.eval_on_selector(
+        "main.grid", "g => getComputedStyle(g).gridTemplateColumns.split(' ').length"
     )
     assert columns == 1
     page.screenshot(path=str(tmp_path / "phone.png"), full_page=True)
