@@ -1,6 +1,10 @@
 """The demo clip through a real browser against the same clip as a file, side by side in one run.
 
-file    = `streamfuse run CLIP --realtime --out F.jsonl` (a fresh process).
+file    = `streamfuse run CLIP --realtime --out F.jsonl` (a fresh process), by default while
+          Chromium captures and encodes the same fake camera and microphone through the
+          dashboard page with the recording thrown away (`--matched-load`): on a small machine
+          the browser's own encoding takes most of a core, and with the browser and server on
+          one machine that load is the harness's, not the browser path's.
 browser = `streamfuse serve` (a fresh process); Debian's Chromium, driven by Playwright, opens
           the dashboard with its fake camera and microphone playing the clip (MJPEG + WAV made by
           `streamfuse.testing.browser.fake_capture`), starts a live session, records for the
@@ -31,14 +35,23 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from streamfuse.assets import demo_files
 from streamfuse.evaluation import evaluate, load_truth
-from streamfuse.testing.browser import chromium_launch_options, fake_capture, run_live_session
+from streamfuse.testing.browser import (
+    FakeCapture,
+    chromium_launch_options,
+    fake_capture,
+    run_live_session,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
+STATIC = ROOT / "src" / "streamfuse" / "server" / "static"
 TOKEN = "browser-e2e"
 
 
@@ -66,14 +79,49 @@ def env() -> dict[str, str]:
     return e
 
 
-def file_run(clip: Path, out: Path) -> list[dict[str, Any]]:
+@contextmanager
+def capture_load(fake: FakeCapture) -> Iterator[None]:
+    """Chromium capturing and encoding the fake camera and microphone exactly as the dashboard
+    does (its own page, its API answered here), the recording thrown away: the test harness's
+    CPU load, without the server path."""
+    from playwright.sync_api import sync_playwright
+
+    def static(route: Any) -> None:
+        path = urlsplit(route.request.url).path
+        if path.startswith("/api/sessions"):
+            route.fulfill(status=201, json={"id": "load", "status": "running"})
+            return
+        name = "index.html" if path == "/" else path.rsplit("/", 1)[-1]
+        types = {"html": "text/html", "js": "text/javascript", "css": "text/css"}
+        body = (STATIC / name).read_bytes()
+        route.fulfill(body=body, content_type=types[name.rsplit(".", 1)[-1]])
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(**chromium_launch_options(fake))
+        page = browser.new_page(viewport={"width": 1440, "height": 1000})
+        page.route("http://localhost:9/**", static)
+        page.route_web_socket("**/api/sessions/**", lambda ws: None)  # swallow every message
+        page.goto("http://localhost:9/?token=load")
+        page.click("#start")
+        page.wait_for_function("window.streamfuse.state.recordingStartedAt !== null")
+        try:
+            yield
+        finally:
+            chunks = page.evaluate("window.streamfuse.state.chunksSent")
+            browser.close()
+    if chunks == 0:
+        raise RuntimeError("the load page recorded nothing")
+
+
+def file_run(clip: Path, out: Path, load: FakeCapture | None) -> list[dict[str, Any]]:
     events = out / "file.jsonl"
-    subprocess.run(
-        cli("run", str(clip), "--realtime", "--no-live", "--out", str(events)),
-        check=True,
-        env=env(),
-        stdout=subprocess.DEVNULL,
-    )
+    with capture_load(load) if load is not None else nullcontext():
+        subprocess.run(
+            cli("run", str(clip), "--realtime", "--no-live", "--out", str(events)),
+            check=True,
+            env=env(),
+            stdout=subprocess.DEVNULL,
+        )
     return _raw(events)
 
 
@@ -110,10 +158,11 @@ def session_events(url: str, session_id: str) -> list[dict[str, Any]]:
     return [json.loads(ln[len("data:") :]) for ln in body.splitlines() if ln.startswith("data:")]
 
 
-def browser_run(clip: Path, out: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def browser_run(
+    clip: Path, fake: FakeCapture, out: Path
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from playwright.sync_api import sync_playwright
 
-    fake = fake_capture(clip)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
     log = (out / "serve.log").open("wb")
@@ -176,6 +225,13 @@ def main() -> None:
     ap.add_argument("--input", type=Path, help="clip (default: the bundled demo)")
     ap.add_argument("--truth", type=Path, help="its truth JSON (default: the demo's)")
     ap.add_argument("--out", type=Path, help="folder for events, screenshots and the server log")
+    ap.add_argument(
+        "--matched-load",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run the file run while Chromium captures and encodes as in the browser run "
+        "(default; the two runs then share the harness's CPU load)",
+    )
     args = ap.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="browser-e2e-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -184,14 +240,16 @@ def main() -> None:
         truth = args.truth or demo.truth
         print(f"CPU: {cpu_description()}", file=sys.stderr)
         print(f"clip: {clip}; output in {out}", file=sys.stderr)
+        fake = fake_capture(clip)
         t0 = time.monotonic()
-        file_events = file_run(clip, out)
+        file_events = file_run(clip, out, fake if args.matched_load else None)
         t1 = time.monotonic()
-        web_events, info = browser_run(clip, out)
+        web_events, info = browser_run(clip, fake, out)
         t2 = time.monotonic()
         result: dict[str, Any] = {
             "file": figures(truth, file_events),
             "browser": figures(truth, web_events),
+            "matched_load": args.matched_load,
             **info,
         }
     f, b = result["file"], result["browser"]
