@@ -203,8 +203,10 @@ def run_live_session(
     end_timeout_s: float = 120.0,
 ) -> LiveRun:
     """Open the dashboard in a Playwright `page`, start a live session from the (fake) camera
-    and microphone, record `duration_s` seconds, type each `(at_s, author, text)` of `chat`
-    into the chat box at that recording time, stop, and wait for the session's final stats."""
+    and microphone, type each `(at_s, author, text)` of `chat` into the chat box at that
+    recording time, stop once the camera has played `duration_s` seconds (the fake files loop:
+    recording starts a little after the camera, so it stops that much earlier), and wait for
+    the session's final stats."""
     page.goto(f"{base_url}/?token={token}")
     if ask:
         page.fill("#ask", ask)
@@ -218,8 +220,9 @@ def run_live_session(
         page.fill("#chat-author", author)
         page.fill("#chat-text", text)
         page.click("#chat-form button[type=submit]")
+    played = f"{elapsed} + 1000 * (window.streamfuse.state.captureOffsetS || 0)"
     page.wait_for_function(
-        f"{elapsed} >= {duration_s * 1000}", polling=20, timeout=(duration_s + 30) * 1000
+        f"{played} >= {duration_s * 1000}", polling=20, timeout=(duration_s + 30) * 1000
     )
     recorded_s = page.evaluate(elapsed) / 1000.0
     page.click("#stop")
