@@ -13,13 +13,16 @@ browser = `streamfuse serve` (a fresh process); Debian's Chromium, driven by Pla
 Both are scored by `streamfuse.evaluation` against the clip's truth: OCR CER, ASR WER, and the
 p95 of `latency_ms` of `ocr` and `asr` events (input arrival to emission; for `asr` that is the
 commit latency). The browser's media clock starts when recording starts, a little after its
-camera started playing the file; event times are shifted by that offset (the camera's frame
-count at recording start, reported by the page) before slides are matched.
+devices started playing the file; event times are shifted by that offset (the microphone's
+captured duration at recording start, reported by the page) before slides are matched. A
+starved browser also delivers camera frames late and drops some: the run reports how many
+frames the session saw.
 
 Prints the CPU model, a table of both runs, and ends with one JSON line
 {"file": {...}, "browser": {...}, "ratios": {...}, "capture_offset_s": ...}.
 
     python benchmarks/browser_e2e.py [--input CLIP.mp4 --truth CLIP.truth.json] [--out DIR]
+                                     [--no-matched-load] [--video-format y4m --fps 15]
 """
 
 from __future__ import annotations
@@ -199,10 +202,22 @@ def browser_run(
                 w["t_end"] += offset
     info = {
         "capture_offset_s": run.capture_offset_s,
+        "audio_offset_s": run.audio_offset_s,
+        "video_offset_s": run.video_offset_s,
+        "video_frames_received": video_frames(events),
         "recorded_s": round(run.recorded_s, 3),
         "mbit_s": round(8 * run.bytes_sent / run.recorded_s / 1e6, 2),
     }
     return events, info
+
+
+def video_frames(events: list[dict[str, Any]]) -> int | None:
+    """Frames the session's change detector saw (the browser drops frames when starved)."""
+    finals = [e for e in events if e["type"] == "stats" and e.get("final")]
+    if not finals:
+        return None
+    stages = finals[-1]["stages"]
+    return next((s["frames"] for name, s in stages.items() if name.startswith("change")), None)
 
 
 def figures(truth_path: Path, events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -232,6 +247,13 @@ def main() -> None:
         help="run the file run while Chromium captures and encodes as in the browser run "
         "(default; the two runs then share the harness's CPU load)",
     )
+    ap.add_argument(
+        "--video-format",
+        choices=["mjpeg", "y4m"],
+        default="mjpeg",
+        help="fake camera file: MJPEG at 30 fps (default) or raw Y4M at --fps",
+    )
+    ap.add_argument("--fps", type=int, default=30, help="fake camera frame rate (Y4M only)")
     args = ap.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="browser-e2e-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -240,7 +262,7 @@ def main() -> None:
         truth = args.truth or demo.truth
         print(f"CPU: {cpu_description()}", file=sys.stderr)
         print(f"clip: {clip}; output in {out}", file=sys.stderr)
-        fake = fake_capture(clip)
+        fake = fake_capture(clip, video_format=args.video_format, fps=args.fps)
         t0 = time.monotonic()
         file_events = file_run(clip, out, fake if args.matched_load else None)
         t1 = time.monotonic()

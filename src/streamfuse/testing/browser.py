@@ -1,6 +1,6 @@
 """Chromium's fake camera and microphone made from a media file, to drive the dashboard in a real
-browser: `fake_capture(src)` writes an MJPEG video at 30 fps (the rate Chromium plays MJPEG fake
-capture at) and a 16-bit WAV, cached by content; `chromium_launch_options(fake)` launches Debian's
+browser: `fake_capture(src)` writes an MJPEG (30 fps, Chromium's rate for it) or raw Y4M video
+and a 16-bit WAV, cached by content; `chromium_launch_options(fake)` launches Debian's
 Chromium playing them (Playwright's `chromium.launch(**options)`; no browser download)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import av
 
@@ -44,20 +44,25 @@ def _key(src: Path, *parts: object) -> str:
     return h.hexdigest()[:16]
 
 
-def _write_mjpeg(
-    src: Path, dst: Path, max_duration_s: float | None, qscale: int
+def _write_video(
+    src: Path, dst: Path, kind: str, fps: int, max_duration_s: float | None, qscale: int
 ) -> tuple[int, int, int]:
-    """Every 1/30 s of `src`, the newest decoded frame as a JPEG -> (frames, width, height)."""
+    """Every 1/fps s of `src`, the newest decoded frame -> (frames, width, height)."""
     n = 0
-    with av.open(str(src)) as inp, av.open(str(dst), "w", format="mjpeg") as out:
+    fmt = {"mjpeg": "mjpeg", "y4m": "yuv4mpegpipe"}[kind]
+    with av.open(str(src)) as inp, av.open(str(dst), "w", format=fmt) as out:
         vin = inp.streams.video[0]
         vin.thread_type = "AUTO"
-        vout = out.add_stream("mjpeg", rate=MJPEG_FPS)
+        if kind == "mjpeg":
+            vout = out.add_stream("mjpeg", rate=fps)
+            vout.pix_fmt = "yuvj420p"
+            # A fixed quantizer (ffmpeg's -q:v) keeps small slide text sharp at any bitrate.
+            vout.codec_context.qmin = vout.codec_context.qmax = qscale
+        else:
+            vout = out.add_stream("wrapped_avframe", rate=fps)  # raw frames, no coding loss
+            vout.pix_fmt = "yuv420p"
         vout.width = vin.codec_context.width
         vout.height = vin.codec_context.height
-        vout.pix_fmt = "yuvj420p"
-        # A fixed quantizer (ffmpeg's -q:v) keeps small slide text sharp whatever the bitrate.
-        vout.codec_context.qmin = vout.codec_context.qmax = qscale
         pending: av.VideoFrame | None = None
         for frame in inp.decode(vin):
             t = float(frame.time or 0.0)
@@ -65,23 +70,23 @@ def _write_mjpeg(
                 break
             # Emit the previous frame for every output tick before this one's time (repeats
             # frames of a slower source, skips frames of a faster one).
-            while pending is not None and n / MJPEG_FPS < t:
-                n = _encode(out, vout, pending, n, qscale)
+            while pending is not None and n / fps < t:
+                n = _encode(out, vout, pending, n, fps)
             pending = frame
         end = max_duration_s if max_duration_s is not None else float("inf")
         if pending is not None:
-            last = float(pending.time or 0.0) + 1.0 / float(vin.average_rate or MJPEG_FPS)
-            while n / MJPEG_FPS < min(last, end):
-                n = _encode(out, vout, pending, n, qscale)
+            last = float(pending.time or 0.0) + 1.0 / float(vin.average_rate or fps)
+            while n / fps < min(last, end):
+                n = _encode(out, vout, pending, n, fps)
         for packet in vout.encode(None):
             out.mux(packet)
         return n, vout.width, vout.height
 
 
-def _encode(out: Any, stream: Any, frame: av.VideoFrame, n: int, qscale: int) -> int:
-    img = frame.reformat(format="yuvj420p")
+def _encode(out: Any, stream: Any, frame: av.VideoFrame, n: int, fps: int) -> int:
+    img = frame.reformat(format=stream.pix_fmt)
     img.pts = n
-    img.time_base = Fraction(1, MJPEG_FPS)
+    img.time_base = Fraction(1, fps)
     for packet in stream.encode(img):
         out.mux(packet)
     return n + 1
@@ -116,36 +121,45 @@ def fake_capture(
     *,
     cache_dir: str | Path | None = None,
     max_duration_s: float | None = None,
+    video_format: Literal["mjpeg", "y4m"] = "mjpeg",
+    fps: int = MJPEG_FPS,
     jpeg_qscale: int = 2,
 ) -> FakeCapture:
     """Chromium fake-capture files for `src` (its first `max_duration_s` seconds if given).
 
-    `jpeg_qscale` is the JPEG quantizer (2 = near lossless, 31 = worst); 2 keeps 20 px slide
-    text as readable to OCR as in the source. Files are cached under `cache_dir` by the source's
-    content and these options, written to a temporary name first so a crash leaves no torn file.
+    MJPEG plays at 30 fps (Chromium's fixed rate for it; `fps` must be 30) and is small: at
+    `jpeg_qscale` 2 (2 = near lossless, 31 = worst) the demo's frames come back at 47-50 dB
+    PSNR, ~1.7 MB/s. Y4M is raw I420 at any `fps` (~1.4 MB per 720p frame) and costs the
+    browser no decoding, which matters on a small, loaded machine. Files are cached under
+    `cache_dir` by the source's content and these options, written to a temporary name first
+    so a crash leaves no torn file.
     """
+    if video_format == "mjpeg" and fps != MJPEG_FPS:
+        raise ValueError(f"Chromium plays MJPEG fake capture at {MJPEG_FPS} fps, not {fps}")
     src = Path(src)
     folder = Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE
     folder.mkdir(parents=True, exist_ok=True)
-    key = _key(src, max_duration_s, jpeg_qscale, MJPEG_FPS, WAV_RATE)
-    video = folder / f"{src.stem}-{key}.mjpeg"
+    key = _key(src, max_duration_s, video_format, fps, jpeg_qscale, WAV_RATE)
+    video = folder / f"{src.stem}-{key}.{video_format}"
     audio = folder / f"{src.stem}-{key}.wav"
     meta = folder / f"{src.stem}-{key}.txt"
     if not (video.exists() and audio.exists() and meta.exists()):
         tmp = folder / f".{key}.{os.getpid()}"
         tmp.mkdir(exist_ok=True)
         try:
-            frames, width, height = _write_mjpeg(src, tmp / "v.mjpeg", max_duration_s, jpeg_qscale)
+            frames, width, height = _write_video(
+                src, tmp / "v", video_format, fps, max_duration_s, jpeg_qscale
+            )
             if frames == 0:
                 raise ValueError(f"{src}: no video frames to make a fake camera from")
             _write_wav(src, tmp / "a.wav", max_duration_s)
-            (tmp / "v.mjpeg").replace(video)
+            (tmp / "v").replace(video)
             (tmp / "a.wav").replace(audio)
             meta.write_text(f"{frames} {width} {height}\n", encoding="utf-8")
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     frames, width, height = (int(x) for x in meta.read_text(encoding="utf-8").split())
-    return FakeCapture(video, audio, frames / MJPEG_FPS, width, height)
+    return FakeCapture(video, audio, frames / fps, width, height)
 
 
 def chromium_executable() -> str:
@@ -183,11 +197,14 @@ def chromium_launch_options(
 @dataclass(frozen=True, slots=True)
 class LiveRun:
     """What `run_live_session` saw in the page: the session, how long it recorded, and how many
-    seconds the camera had played before recording began (None if the browser cannot say)."""
+    seconds the microphone and camera had played before recording began (None if the browser
+    cannot say; `capture_offset_s` is the microphone's, else the camera's)."""
 
     session_id: str
     recorded_s: float
     capture_offset_s: float | None
+    audio_offset_s: float | None
+    video_offset_s: float | None
     chunks_sent: int
     bytes_sent: int
 
@@ -232,6 +249,8 @@ def run_live_session(
         session_id=state["sessionId"],
         recorded_s=recorded_s,
         capture_offset_s=state["captureOffsetS"],
+        audio_offset_s=state["audioOffsetS"],
+        video_offset_s=state["videoOffsetS"],
         chunks_sent=state["chunksSent"],
         bytes_sent=state["bytesSent"],
     )

@@ -25,7 +25,9 @@
     events: 0,
     counts: {},
     ended: false,
-    captureOffsetS: null, // media seconds the camera had produced before recording started
+    captureOffsetS: null, // media seconds the devices had played before recording started
+    audioOffsetS: null,
+    videoOffsetS: null,
     recordingStartedAt: null,
     bytesSent: 0,
     chunksSent: 0,
@@ -317,13 +319,18 @@
       stopTracks();
     };
     const video = stream.getVideoTracks()[0];
+    const audio = stream.getAudioTracks()[0];
     recorder.onstart = () => {
       state.recordingStartedAt = performance.now();
-      // The camera may have produced frames before recording began; a fake camera playing a
-      // file needs this to line media time up with the file's (the browser benchmark does).
+      // The devices played for a moment before recording began; a fake camera and microphone
+      // playing a file need this to line media time up with the file's (the browser
+      // benchmark does). Audio is the better clock: its capture is never late, while a
+      // starved camera delivers frames behind time.
       const frames = video && video.stats ? video.stats.totalFrames : null;
       const fps = video ? video.getSettings().frameRate : null;
-      state.captureOffsetS = frames !== null && fps ? frames / fps : null;
+      state.videoOffsetS = frames !== null && fps ? frames / fps : null;
+      state.audioOffsetS = audio && audio.stats ? audio.stats.totalFramesDuration / 1000 : null;
+      state.captureOffsetS = state.audioOffsetS ?? state.videoOffsetS;
     };
     recorder.start(RECORDER.timesliceMs);
   }
