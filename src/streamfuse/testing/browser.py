@@ -9,7 +9,7 @@ import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -218,12 +218,15 @@ def run_live_session(
     chat: Sequence[tuple[float, str, str]] = (),
     ask: str | None = None,
     end_timeout_s: float = 120.0,
+    before_stop: Callable[[Any], None] | None = None,
+    stop_early_s: float = 0.3,
 ) -> LiveRun:
     """Open the dashboard in a Playwright `page`, start a live session from the (fake) camera
     and microphone, type each `(at_s, author, text)` of `chat` into the chat box at that
     recording time, stop once the camera has played `duration_s` seconds (the fake files loop:
     recording starts a little after the camera, so it stops that much earlier), and wait for
-    the session's final stats."""
+    the session's final stats. `before_stop(page)` runs just before stopping (a screenshot
+    with the live preview, say)."""
     page.goto(f"{base_url}/?token={token}")
     if ask:
         page.fill("#ask", ask)
@@ -239,9 +242,13 @@ def run_live_session(
         page.click("#chat-form button[type=submit]")
     played = f"{elapsed} + 1000 * (window.streamfuse.state.captureOffsetS || 0)"
     page.wait_for_function(
-        f"{played} >= {duration_s * 1000}", polling=20, timeout=(duration_s + 30) * 1000
+        f"{played} >= {(duration_s - stop_early_s) * 1000}",
+        polling=20,
+        timeout=(duration_s + 30) * 1000,
     )
     recorded_s = page.evaluate(elapsed) / 1000.0
+    if before_stop is not None:
+        before_stop(page)
     page.click("#stop")
     page.wait_for_function("window.streamfuse.state.ended", timeout=end_timeout_s * 1000)
     state = page.evaluate("window.streamfuse.state")

@@ -336,7 +336,10 @@
   }
 
   function stopTracks() {
-    if (stream) for (const t of stream.getTracks()) t.stop();
+    if (stream) {
+      for (const t of stream.getTracks()) t.stop();
+      $("preview-note").textContent = "capture stopped";
+    }
     stream = null;
   }
 
