@@ -152,6 +152,7 @@ def test_browser_run_matches_the_file_run(tmp_path: Path) -> None:
         timeout=900,
     )
     assert out.returncode == 0, out.stderr[-4000:]
+    print(out.stdout)  # the table, shown by `pytest -rA`
     result = json.loads(out.stdout.strip().splitlines()[-1])
     file, web = result["file"], result["browser"]
     assert web["ocr_cer"] <= file["ocr_cer"] + 0.01, result
