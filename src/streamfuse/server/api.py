@@ -33,6 +33,7 @@ from streamfuse.server.sessions import (
     SessionManager,
     SessionRejected,
     SessionRequest,
+    SlowConsumer,
 )
 from streamfuse.sources.pipe import IngestOverflow
 
@@ -195,7 +196,7 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
             try:
                 async for record in session.follow():
                     yield f"event: {record['type']}\ndata: {json.dumps(record)}\n\n"
-            except SessionLimit as e:
+            except SlowConsumer as e:
                 yield f"event: overflow\ndata: {json.dumps({'detail': str(e)})}\n\n"
 
         return StreamingResponse(
@@ -215,7 +216,7 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
                     return
                 await ws.send_text(json.dumps(record))
             await ws.close(1000, "session ended")
-        except SessionLimit as e:
+        except SlowConsumer as e:
             await ws.close(WS_TRY_LATER, _reason(str(e)))
         except (WebSocketDisconnect, RuntimeError):
             pass  # the client went away
