@@ -172,8 +172,15 @@ _engines: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def watch_queues(pipeline: Any) -> None:
-    """Report `pipeline`'s queue depths through the observable gauge while it is alive."""
+    """Report `pipeline`'s queue depths (and its stages' models) through the observable
+    gauges while it runs (`unwatch_queues` when it ends)."""
     _watched.add(pipeline)
+
+
+def unwatch_queues(pipeline: Any) -> None:
+    # A finished pipeline kept alive (a service keeps finished sessions for inspection) must
+    # not go on reporting queues and models as if it ran.
+    _watched.discard(pipeline)
 
 
 def watch_lm_engine(engine: Any) -> None:
