@@ -8,8 +8,8 @@ every stream's events. Library users compose their own graphs with `Pipeline.lin
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -223,9 +223,7 @@ async def build_pipeline(
             stream_id = source.stream_id
         else:
             location = str(item)
-            stream_id = (
-                Path(location).stem if len(inputs) == 1 else f"{i}:{Path(location).stem}"
-            )
+            stream_id = Path(location).stem if len(inputs) == 1 else f"{i}:{Path(location).stem}"
             source = MediaSource(
                 location,
                 stream_id=stream_id,

@@ -107,6 +107,28 @@ async def _run(
     return collect.records, summary
 
 
+# The telemetry options of every command that runs a pipeline (`_telemetry_options` reads them).
+OtlpOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--otlp/--no-otlp",
+        help="Export traces, metrics and logs over OTLP, configured by the standard "
+        "OTEL_EXPORTER_OTLP_* variables (default: on when an OTLP endpoint is set there).",
+    ),
+]
+PrometheusPortOption = Annotated[
+    int | None,
+    typer.Option(help="Serve metrics for Prometheus at http://127.0.0.1:PORT/metrics."),
+]
+TraceRatioOption = Annotated[
+    float | None,
+    typer.Option(
+        help="Share of frames traced through every stage (default 0.05, or "
+        "OTEL_TRACES_SAMPLER_ARG); frames behind an event are always traced."
+    ),
+]
+
+
 @app.command()
 def run(
     inputs: Annotated[list[str], typer.Argument(help="Media files or URLs (several run at once).")],
@@ -155,25 +177,9 @@ def run(
             "every new slide, every 30 s and at the end), streamed as lm_token / lm events.",
         ),
     ] = None,
-    otlp: Annotated[
-        bool | None,
-        typer.Option(
-            "--otlp/--no-otlp",
-            help="Export traces, metrics and logs over OTLP, configured by the standard "
-            "OTEL_EXPORTER_OTLP_* variables (default: on when an OTLP endpoint is set there).",
-        ),
-    ] = None,
-    prometheus_port: Annotated[
-        int | None,
-        typer.Option(help="Serve metrics for Prometheus at http://127.0.0.1:PORT/metrics."),
-    ] = None,
-    trace_ratio: Annotated[
-        float | None,
-        typer.Option(
-            help="Share of frames traced through every stage (default 0.05, or "
-            "OTEL_TRACES_SAMPLER_ARG); frames behind an event are always traced."
-        ),
-    ] = None,
+    otlp: OtlpOption = None,
+    prometheus_port: PrometheusPortOption = None,
+    trace_ratio: TraceRatioOption = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run media inputs through the pipeline and print / write the live timeline."""
@@ -303,6 +309,9 @@ def demo(
             help="Live notes from the language model (Gemma 3 270M) on each new slide.",
         ),
     ] = False,
+    otlp: OtlpOption = None,
+    prometheus_port: PrometheusPortOption = None,
+    trace_ratio: TraceRatioOption = None,
 ) -> None:
     """Run the bundled lecture clip live, then score it against its ground truth."""
     from streamfuse.assets import demo_files
@@ -320,6 +329,7 @@ def demo(
             True,
             live,
             ask=DEMO_NOTES_PROMPT if notes else None,
+            telemetry=_telemetry_options(otlp, prometheus_port, trace_ratio),
         )
         if code == 0:
             _print_scores(_score(files.truth, out_path))
@@ -407,13 +417,8 @@ def serve(
         typer.Option("--files/--no-files", help="Let sessions read local files by path."),
     ] = True,
     asr_model: Annotated[str, typer.Option(help="tiny.en, base, or a model path.")] = "tiny.en",
-    otlp: Annotated[
-        bool | None,
-        typer.Option("--otlp/--no-otlp", help="Export over OTLP (OTEL_EXPORTER_OTLP_*)."),
-    ] = None,
-    trace_ratio: Annotated[
-        float | None, typer.Option(help="Share of frames traced through every stage.")
-    ] = None,
+    otlp: OtlpOption = None,
+    trace_ratio: TraceRatioOption = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Serve the pipeline over HTTP: live browser camera/mic and text, URLs, a dashboard."""
@@ -444,14 +449,15 @@ def serve(
         )
     except ValidationError as e:
         raise _fail(f"invalid option: {e.errors()[0]['msg']}") from None
-    shown = "localhost" if host in ("127.0.0.1", "0.0.0.0") else host
-    err.print(
-        f"streamfuse serve on http://{host}:{port}\n"
-        f"dashboard: http://{shown}:{port}/?token={config.token}",
-        highlight=False,
-        soft_wrap=True,
-    )
-    run_server(config)
+
+    def announce(url: str) -> None:
+        err.print(
+            f"streamfuse serve on {url}\ndashboard: {url}/?token={config.token}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+    run_server(config, announce)
 
 
 def main() -> None:

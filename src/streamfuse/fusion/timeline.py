@@ -2,11 +2,11 @@
 
 Input: `ocr` events (a slide read: `OcrPayload`), `asr` events (committed speech:
 `AsrPayload`), `text` events (chat or captions from a text stream: `TextPayload`, labelled by
-their kind, `CHAT alice: ...`) and `TextFrame` prompts, which pass through in order. Each new slide or stretch
-of speech becomes one `ContextFrame` line (`[12.0s] SLIDE: ...`), the stream's first one led by
-the header; a slide read again unchanged adds nothing. A line is a checkpoint (worth a fresh
-answer to a standing question) when it is a new slide, or when `checkpoint_every_s` of media
-passed since the last checkpoint (and something was added since).
+their kind, `CHAT alice: ...`) and `TextFrame` prompts, which pass through in order. Each new
+slide, stretch of speech or message becomes one `ContextFrame` line (`[12.0s] SLIDE: ...`),
+the stream's first one led by the header; a slide read again unchanged adds nothing. A line
+is a checkpoint (worth a fresh answer to a standing question) when it is a new slide, or when
+`checkpoint_every_s` of media passed since the last checkpoint (and something was added since).
 This is the only module that knows the OCR, ASR and text event kinds; the LM answer stage
 (lm/stage.py) sees context text and prompts only.
 """
@@ -66,8 +66,7 @@ class TimelineStage(Stage):
         assert isinstance(frame, EventFrame)
         payload = frame.payload
         cfg = self.config
-        is_slide = isinstance(payload, OcrPayload)
-        if is_slide:
+        if isinstance(payload, OcrPayload):
             label = cfg.slide_label
         elif isinstance(payload, AsrPayload):
             label = cfg.speech_label
@@ -75,6 +74,7 @@ class TimelineStage(Stage):
             label = payload.kind.upper() + (f" {payload.author}" if payload.author else "")
         else:
             return  # not part of the timeline (partial hypotheses, answers, ...)
+        is_slide = isinstance(payload, OcrPayload)
         st = self._streams.setdefault(frame.stream_id, _Stream())
         text = collapse_whitespace(payload.text)
         line: str | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import uvicorn
 
@@ -33,9 +33,20 @@ def _server(config: ServeConfig) -> uvicorn.Server:
     )
 
 
-def serve(config: ServeConfig) -> None:
-    """Run the service in this thread until interrupted."""
-    _server(config).run()
+def serve(config: ServeConfig, announce: Callable[[str], None] | None = None) -> None:
+    """Run the service in this thread until interrupted; `announce(base_url)` is called (on
+    another thread) once it listens."""
+    server = _server(config)
+    if announce is not None:
+
+        def wait_then_announce() -> None:
+            while not server.started and not server.should_exit:
+                time.sleep(0.02)
+            if server.started:
+                announce(bound_url(server))
+
+        threading.Thread(target=wait_then_announce, daemon=True).start()
+    server.run()
 
 
 def bound_url(server: uvicorn.Server) -> str:

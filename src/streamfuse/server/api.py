@@ -33,6 +33,7 @@ from streamfuse.server.sessions import (
     SessionManager,
     SessionRejected,
     SessionRequest,
+    SlowConsumer,
 )
 from streamfuse.sources.pipe import IngestOverflow
 
@@ -195,7 +196,7 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
             try:
                 async for record in session.follow():
                     yield f"event: {record['type']}\ndata: {json.dumps(record)}\n\n"
-            except SessionLimit as e:
+            except SlowConsumer as e:
                 yield f"event: overflow\ndata: {json.dumps({'detail': str(e)})}\n\n"
 
         return StreamingResponse(
@@ -215,7 +216,7 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
                     return
                 await ws.send_text(json.dumps(record))
             await ws.close(1000, "session ended")
-        except SessionLimit as e:
+        except SlowConsumer as e:
             await ws.close(WS_TRY_LATER, _reason(str(e)))
         except (WebSocketDisconnect, RuntimeError):
             pass  # the client went away
@@ -332,9 +333,11 @@ def _parse_text(message: str) -> TextMessage | str:
     try:
         return TextMessage.model_validate_json(stripped)
     except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "message"
-        return f"malformed text message: {where}: {first['msg']}"
+        problems = [
+            f"{'.'.join(str(p) for p in err['loc']) or 'message'}: {err['msg']}"
+            for err in e.errors()[:3]
+        ]
+        return "malformed text message: " + "; ".join(problems)
 
 
 def _too_big(n: int, limit: int) -> str:

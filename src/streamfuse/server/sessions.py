@@ -76,6 +76,10 @@ class SessionLimit(StreamfuseError):
     """No room for another session."""
 
 
+class SlowConsumer(StreamfuseError):
+    """A results subscriber fell too far behind and was cut off."""
+
+
 class SessionRejected(StreamfuseError):
     """The request cannot start a session (bad input, forbidden file...)."""
 
@@ -138,19 +142,19 @@ class Session:
         if record["type"] == EventType.ERROR:
             self.errors += 1
         for sub in list(self._subscribers):
-            try:
-                sub.queue.put_nowait(record)
-            except asyncio.QueueFull:
+            if sub.queue.qsize() >= self.serve.session_queue:
                 # A consumer this far behind would make the session buffer without bound.
                 sub.overflowed = True
                 self._subscribers.remove(sub)
                 _drain(sub.queue)
                 sub.queue.put_nowait(None)
+            else:
+                sub.queue.put_nowait(record)
 
     def subscribe(self) -> tuple[list[dict[str, Any]], Subscriber]:
         """What was produced so far and a subscription to what follows (atomically: nothing
         is published between the two on the event loop)."""
-        sub = Subscriber(asyncio.Queue(maxsize=self.serve.session_queue))
+        sub = Subscriber(asyncio.Queue())  # bounded by `publish` (room kept for the end)
         history = list(self.records)
         if self._closed:
             sub.queue.put_nowait(None)
@@ -164,7 +168,7 @@ class Session:
 
     async def follow(self) -> AsyncIterator[dict[str, Any]]:
         """Every record of the session: the history, then live until it ends. Raises
-        `SessionLimit` if this consumer fell too far behind."""
+        `SlowConsumer` if this consumer fell too far behind."""
         history, sub = self.subscribe()
         try:
             for record in history:
@@ -173,7 +177,7 @@ class Session:
                 item = await sub.queue.get()
                 if item is None:
                     if sub.overflowed:
-                        raise SessionLimit(
+                        raise SlowConsumer(
                             f"results consumer fell {self.serve.session_queue} events behind"
                         )
                     return
@@ -184,8 +188,7 @@ class Session:
     def _close_results(self) -> None:
         self._closed = True
         for sub in self._subscribers:
-            with contextlib.suppress(asyncio.QueueFull):
-                sub.queue.put_nowait(None)
+            sub.queue.put_nowait(None)
         self._subscribers.clear()
 
     # -- live inputs ----------------------------------------------------------------------------
@@ -349,6 +352,9 @@ class SessionManager:
                 n_streams=max(1, len(self.running)),
             )
         except Exception as e:
+            if session.state is SessionState.STOPPED:  # stopped before its input began
+                session._close_results()
+                return
             session.state = SessionState.FAILED
             session.error = str(e) if isinstance(e, StreamfuseError) else f"{type(e).__name__}: {e}"
             if ready is not None:
