@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import socket
 import statistics
 import subprocess
@@ -53,23 +52,11 @@ from streamfuse.testing.browser import (
     fake_capture,
     run_live_session,
 )
+from streamfuse.testing.machine import cpu_description
 
 ROOT = Path(__file__).resolve().parents[1]
 STATIC = ROOT / "src" / "streamfuse" / "server" / "static"
 TOKEN = "browser-e2e"
-
-
-def cpu_description() -> str:
-    model = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores visible, {platform.machine()}"
 
 
 def cli(*args: str) -> list[str]:
@@ -270,16 +257,17 @@ def main() -> None:
         help="run the file run while Chromium captures and encodes as in the browser run "
         "(default; the two runs then share the harness's CPU load)",
     )
-    # Raw Y4M at 15 fps by default: the browser's camera then needs no JPEG decoding and its
-    # encoder half the frames; on the loaded 2-core machine MJPEG at 30 fps made the camera's
-    # frames run 0.9-2.7 s behind the clip (Y4M at 15: 0.6 s). It costs ~1 GB in the cache.
+    # Raw Y4M at 10 fps by default, the rate the dashboard asks its camera for: the browser's
+    # camera then decodes no JPEG and drops no frames; on the loaded 2-core machine MJPEG at
+    # 30 fps (page asking 30) made the camera's frames run 0.9-2.7 s behind the clip (Y4M at
+    # 15: 0.6 s). It costs ~0.7 GB in the cache.
     ap.add_argument(
         "--video-format",
         choices=["mjpeg", "y4m"],
         default="y4m",
         help="fake camera file: raw Y4M at --fps (default) or MJPEG (30 fps only)",
     )
-    ap.add_argument("--fps", type=int, default=15, help="fake camera frame rate")
+    ap.add_argument("--fps", type=int, default=10, help="fake camera frame rate")
     args = ap.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="browser-e2e-"))
     out.mkdir(parents=True, exist_ok=True)
