@@ -148,6 +148,12 @@ class Instruments:
             unit="1",
             description="1 per stage running a model (stage, model, precision, runtime)",
         )
+        self.serve_sessions = meter.create_up_down_counter(
+            names.SERVE_SESSIONS, unit="{session}", description="Sessions running (serve)"
+        )
+        self.serve_refused = meter.create_counter(
+            names.SERVE_REFUSED, unit="{request}", description="Sessions refused (serve)"
+        )
 
 
 _current: Instruments | None = None
