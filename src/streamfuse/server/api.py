@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import HTTPConnection
 
 from streamfuse import __version__, telemetry
+from streamfuse.errors import StreamfuseError
 from streamfuse.server.config import ServeConfig
 from streamfuse.server.sessions import (
     Session,
@@ -238,7 +239,7 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
                 return _too_big(len(data), config.max_message_bytes)
             try:
                 await session.feed_media(data)
-            except IngestOverflow as e:
+            except (IngestOverflow, StreamfuseError) as e:  # too far ahead; input ended
                 return str(e)
             return None
 

@@ -31,6 +31,7 @@ from streamfuse.errors import SourceError, StreamfuseError
 from streamfuse.events import EventType
 from streamfuse.frames import ErrorFrame, now_wall
 from streamfuse.lm.stage import LMStageConfig
+from streamfuse.pipeline import Observer
 from streamfuse.pipeline.source import Source
 from streamfuse.server.config import ServeConfig
 from streamfuse.sinks.base import EventSink
@@ -247,6 +248,15 @@ class Session:
         return out
 
 
+class _MarkRunning(Observer):
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def on_start(self, wall: float) -> None:
+        if self.session.state is SessionState.STARTING:
+            self.session.state = SessionState.RUNNING
+
+
 def _drain(queue: asyncio.Queue[Any]) -> None:
     while not queue.empty():
         queue.get_nowait()
@@ -390,13 +400,14 @@ class SessionManager:
             session.end_inputs()
             return
         session.job = job
-        session.state = SessionState.RUNNING
+        # Running once every stage is set up (models loaded): a live client starts sending then.
+        job.pipeline.observe(_MarkRunning(session))
         if ready is not None:
             ready.set_result(None)
         stats = asyncio.create_task(self._stats_loop(session, job))
         try:
             await run_job(job, [sink])
-            if session.state is SessionState.RUNNING:
+            if session.state in (SessionState.STARTING, SessionState.RUNNING):
                 session.state = SessionState.FINISHED
         except asyncio.CancelledError:
             session.state = SessionState.STOPPED
