@@ -42,6 +42,10 @@ _URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 
 #: Protocols whose feed paces itself and has no duration.
 _LIVE_SCHEMES = frozenset({"rtsp", "rtsps", "rtmp", "rtmps", "rtp", "udp", "srt", "tcp"})
+#: A jump of media time this long (s) within one connection is reported as a gap.
+_HOLE_S = 1.0
+#: Reads of corrupt data in a row a live feed may have before it counts as dropped.
+_MAX_BAD_READS = 20
 #: `scheme://name` device inputs and the FFmpeg input formats that read them.
 _DEVICES = {"v4l2": ("video4linux2", "v4l2"), "alsa": ("alsa",), "pulse": ("pulse",)}
 
@@ -125,6 +129,7 @@ class MediaSource(Source):
         self._audio_end_s = -math.inf
         self._n_video = 0
         self._n_windows = 0
+        self._n_out = 0
 
     @property
     def reconnectable(self) -> bool:
@@ -252,6 +257,12 @@ class MediaSource(Source):
                         self._audio_end_s = frame.t_end
                     if self._pending_gap is not None:
                         yield self._gap(frame.t_media)
+                    elif self._n_out and frame.t_media - self._media_end_s > _HOLE_S:
+                        # The same connection skipped ahead (a sender restarted before the
+                        # stall timeout, lost packets): the missing media is a gap too.
+                        self._pending_gap = (self._media_end_s, "no media received", 0)
+                        yield self._gap(frame.t_media)
+                    self._n_out += 1
                     if self.live:
                         wall = now_wall()  # the feed paces itself: it arrived now
                     else:
@@ -345,7 +356,7 @@ class MediaSource(Source):
         flushes: list[Any] = []
         held = 0
         seq = 0
-        for packet in c.demux(streams):
+        for packet in self._demux(c, streams):
             index = packet.stream.index
             stamp = packet.dts if packet.dts is not None else packet.pts
             if stamp is None:
@@ -379,6 +390,22 @@ class MediaSource(Source):
         while heap:
             yield heapq.heappop(heap)[2]
         yield from flushes
+
+    def _demux(self, c: Any, streams: list[Any]) -> Iterator[Any]:
+        """The container's packets; a live feed's corrupt data (a sender restarting midway
+        through a packet, a lost datagram) is skipped, a few times in a row at most."""
+        errors = 0
+        while True:
+            try:
+                for packet in c.demux(streams):
+                    errors = 0
+                    yield packet
+                return
+            except av.error.InvalidDataError as e:
+                errors += 1
+                if not self.live or errors > _MAX_BAD_READS:
+                    raise
+                log.info("%s: skipped corrupt data (%s)", self.location, _reason(e))
 
     def _warn_interleave(self, span_s: float, held_bytes: int) -> None:
         if self.interleave_warning is not None:
@@ -417,7 +444,7 @@ class MediaSource(Source):
                 if not mapped and packet.pts is not None:
                     self._map_clock(float(packet.pts * packet.time_base))
                     mapped = True
-                for decoded in packet.decode():
+                for decoded in self._decoded(packet):
                     if isinstance(decoded, av.VideoFrame):
                         t = (
                             self._media_t(decoded.time)
@@ -473,6 +500,17 @@ class MediaSource(Source):
                 for i in range(0, len(win), self.window_samples):
                     yield self._window(win[i : i + self.window_samples], audio_t0, n_samples)
                     n_samples += self.window_samples
+
+    def _decoded(self, packet: Any) -> list[Any]:
+        try:
+            return list(packet.decode())
+        except av.error.InvalidDataError as e:
+            if not self.live:
+                raise
+            # A damaged packet of a live feed (lost datagrams): the decoder recovers at the
+            # next key frame; the media it held shows up as a gap.
+            log.info("%s: skipped an undecodable packet (%s)", self.location, _reason(e))
+            return []
 
     def _map_clock(self, first_s: float) -> None:
         """Place this connection's timestamps on the media timeline (first packet at
