@@ -1,6 +1,6 @@
 """Live inputs against real servers on loopback (HTTP with and without Range, HLS, fragmented
 MP4, MPEG-TS over UDP, RTSP), reconnection after a dropped feed, far-apart streams over a
-non-seekable URL, and devices that do not exist. Short clips, a few seconds each."""
+non-seekable URL. Short clips, a few seconds each (devices: tests/unit/test_sources.py)."""
 
 from __future__ import annotations
 
@@ -229,13 +229,6 @@ def test_feed_that_never_returns_fails_after_the_retries(media: Path) -> None:
     assert "udp://127.0.0.1" in str(e.value) and "stalled" in str(e.value)
     video, audio = _split(got)
     assert len(video) > 100 and audio[-1].t_end > 4.0  # what arrived was kept
-
-
-def test_missing_devices_are_clear_errors() -> None:
-    with pytest.raises(SourceError, match=r"v4l2"):
-        _read(MediaSource("/dev/video99"))
-    with pytest.raises(SourceError, match=r"alsa device hw:99"):
-        _read(MediaSource("alsa://hw:99"))
 
 
 def test_cli_run_keeps_events_around_a_gap_and_fails_when_the_feed_is_gone(
