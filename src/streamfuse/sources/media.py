@@ -257,9 +257,10 @@ class MediaSource(Source):
                         self._audio_end_s = frame.t_end
                     if self._pending_gap is not None:
                         yield self._gap(frame.t_media)
-                    elif self._n_out and frame.t_media - self._media_end_s > _HOLE_S:
-                        # The same connection skipped ahead (a sender restarted before the
-                        # stall timeout, lost packets): the missing media is a gap too.
+                    elif self.live and self._n_out and frame.t_media - self._media_end_s > _HOLE_S:
+                        # A feed skipped ahead on the same connection (a sender restarted
+                        # before the stall timeout, lost packets): the missing media is a gap
+                        # too. (In a file, a hole is content: a slideshow's sparse frames.)
                         self._pending_gap = (self._media_end_s, "no media received", 0)
                         yield self._gap(frame.t_media)
                     self._n_out += 1

@@ -36,8 +36,8 @@ def free_port(kind: socket.SocketKind = socket.SOCK_STREAM) -> int:
 
 
 class _Handler(SimpleHTTPRequestHandler):
-    """The standard library's static handler (no Range support), plus single byte ranges
-    when the server allows them."""
+    """Static files; single byte ranges when the server allows them (without, it answers as
+    the standard library's handler: whole files, no `Accept-Ranges`)."""
 
     server: _Server
 
@@ -45,57 +45,71 @@ class _Handler(SimpleHTTPRequestHandler):
         self.server.requests.append(self.requestline)
 
     def do_GET(self) -> None:
-        header = self.headers.get("Range")
-        if not self.server.ranges or header is None:
-            super().do_GET()
-            return
         path = Path(self.translate_path(self.path))
-        match = _RANGE.match(header.strip())
-        if not path.is_file() or match is None:
-            super().do_GET()
+        if not path.is_file():
+            super().do_GET()  # listings, 404s
             return
         size = path.stat().st_size
-        first = int(match[1]) if match[1] else max(0, size - int(match[2] or 0))
-        last = min(size - 1, int(match[2])) if match[1] and match[2] else size - 1
-        if first >= size:
-            self.send_error(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE)
-            return
-        self.send_response(HTTPStatus.PARTIAL_CONTENT)
+        first, last = 0, size - 1
+        header = self.headers.get("Range") if self.server.ranges else None
+        match = _RANGE.match(header.strip()) if header else None
+        if match is not None:
+            first = int(match[1]) if match[1] else max(0, size - int(match[2] or 0))
+            last = min(size - 1, int(match[2])) if match[1] and match[2] else size - 1
+            if first >= size:
+                self.send_error(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE)
+                return
+            self.send_response(HTTPStatus.PARTIAL_CONTENT)
+            self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
+        else:
+            self.send_response(HTTPStatus.OK)
         self.send_header("Content-Type", self.guess_type(str(path)))
-        self.send_header("Accept-Ranges", "bytes")
-        self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
         self.send_header("Content-Length", str(last - first + 1))
+        if self.server.ranges:
+            self.send_header("Accept-Ranges", "bytes")
         self.end_headers()
+        budget = self.server.take_drop()
         with path.open("rb") as f:
             f.seek(first)
             remaining = last - first + 1
             try:
                 while remaining > 0:
-                    chunk = f.read(min(remaining, 64 * 1024))
+                    chunk = f.read(min(remaining, 64 * 1024, budget or remaining))
                     if not chunk:
                         break
                     self.wfile.write(chunk)
                     remaining -= len(chunk)
+                    if budget is not None:
+                        budget -= len(chunk)
+                        if budget <= 0:  # the connection breaks mid-body
+                            self.wfile.flush()
+                            self.connection.shutdown(socket.SHUT_RDWR)
+                            self.close_connection = True
+                            return
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client closed the connection (it seeks by reconnecting)
-
-    def end_headers(self) -> None:
-        if self.server.ranges and "Range" not in self.headers:
-            self.send_header("Accept-Ranges", "bytes")
-        super().end_headers()
 
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     ranges = True
     requests: list[str]
+    drop_after_bytes: int | None = None
+
+    def take_drop(self) -> int | None:
+        """Bytes the next response may send before its connection breaks (once)."""
+        budget, self.drop_after_bytes = self.drop_after_bytes, None
+        return budget
 
 
 class HttpServer:
     """Serves the files under `root` on loopback from a thread; `ranges=False` behaves as
-    `python -m http.server` (whole files only, no seeking)."""
+    `python -m http.server` (whole files only, no seeking). `drop_after_bytes`: the first
+    response breaks off after that many bytes of its body, as a connection lost mid-download."""
 
-    def __init__(self, root: str | Path, *, ranges: bool = True) -> None:
+    def __init__(
+        self, root: str | Path, *, ranges: bool = True, drop_after_bytes: int | None = None
+    ) -> None:
         root = str(root)
 
         class Handler(_Handler):
@@ -105,6 +119,7 @@ class HttpServer:
         self._server = _Server(("127.0.0.1", 0), Handler)
         self._server.ranges = ranges
         self._server.requests = []
+        self._server.drop_after_bytes = drop_after_bytes
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
