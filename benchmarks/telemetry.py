@@ -38,25 +38,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from streamfuse.testing.machine import cpu_description
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_INPUT = ROOT / "src" / "streamfuse" / "assets" / "demo" / "lecture.mp4"  # package data
 SCRAPE_EVERY_S = 5.0
-ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512_vnni", "avx_vnni", "amx_tile")
-
-
-def cpu_description() -> str:
-    model, flags = platform.processor() or "unknown", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    except OSError:
-        pass
-    isa = " ".join(f for f in ISA_FLAGS if f in flags) or "-"
-    return f"{model}, {os.cpu_count()} cores visible, {platform.machine()} [{isa}]"
 
 
 def free_port() -> int:

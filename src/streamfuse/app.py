@@ -8,6 +8,7 @@ every stream's events. Library users compose their own graphs with `Pipeline.lin
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,11 +25,13 @@ from streamfuse.frames import ErrorFrame, now_wall
 from streamfuse.fusion import TimelineConfig, TimelineStage
 from streamfuse.lm.stage import LMStage, LMStageConfig
 from streamfuse.pipeline import OverloadPolicy, Pipeline, Stage
+from streamfuse.pipeline.source import Source
 from streamfuse.pipeline.tracing import TracingObserver
 from streamfuse.qos.signals import QosSignals
 from streamfuse.sinks.base import EventSink
 from streamfuse.sources import SourceConfig
 from streamfuse.sources.media import MediaSource
+from streamfuse.sources.text import TextSource
 from streamfuse.telemetry import TelemetryConfig
 from streamfuse.vision import ChangeDetector, OcrStage, ResolutionPolicy, VisionConfig
 from streamfuse.vision.adaptive import make_policy
@@ -79,7 +82,7 @@ class Job:
     """A built pipeline with its sources and the notes raised while building it."""
 
     pipeline: Pipeline
-    sources: list[MediaSource]
+    sources: list[Source]
     warnings: list[ErrorFrame] = field(default_factory=list)
     #: Per stream id: its OCR stage and that stage's resolution policy.
     ocr_stages: dict[str, OcrStage] = field(default_factory=dict)
@@ -93,10 +96,14 @@ class Job:
 
     def summary(self) -> dict[str, Any]:
         """The final `stats` record of the run."""
+        return self.stats_record(final=True)
+
+    def stats_record(self, *, final: bool) -> dict[str, Any]:
+        """A `stats` record of the run so far (`final`: the run's last record)."""
         media = [s.duration_s for s in self.sources if s.duration_s]
         payload = StatsPayload(
-            final=True,
-            realtime=any(s.pacer.realtime for s in self.sources),
+            final=final,
+            realtime=any(s.pacer.realtime for s in self.sources if isinstance(s, MediaSource)),
             cpu_s=round(_cpu_s() - self.cpu_start_s, 3),
             stages=self.pipeline.snapshot(),
         )
@@ -161,9 +168,20 @@ def lm_config(config: StreamfuseConfig, n_streams: int) -> LMStageConfig:
 
 
 async def build_pipeline(
-    inputs: list[str], config: StreamfuseConfig, sinks: list[EventSink]
+    inputs: Sequence[str | Source],
+    config: StreamfuseConfig,
+    sinks: list[EventSink],
+    *,
+    ocr_pool: ThreadPoolExecutor | None = None,
+    n_streams: int | None = None,
 ) -> Job:
-    """Open every input (raising `SourceError` with a clear message) and wire the graph."""
+    """Open every input (raising `SourceError` with a clear message) and wire the graph.
+
+    An input is a file path or URL, or a ready `Source`: a `MediaSource` (e.g. bytes pushed
+    in, `streamfuse.sources.pipe`) or a `TextSource`, whose `text` events go to the sinks and
+    the timeline. `ocr_pool`: OCR workers shared with other jobs (kept open when this one
+    ends); `n_streams`: streams sharing the cores (default: this job's inputs).
+    """
     pipeline = Pipeline("streamfuse")
     # Installs the SDK when the config asks for an exporter (idempotent); an application that
     # called `telemetry.setup` itself gets its traces too.
@@ -176,7 +194,7 @@ async def build_pipeline(
                 trace_events=active.config.trace_events,
             )
         )
-    sources: list[MediaSource] = []
+    sources: list[Source] = []
     warnings: list[ErrorFrame] = []
     ocr_stages: dict[str, OcrStage] = {}
     policies: dict[str, ResolutionPolicy] = {}
@@ -185,32 +203,41 @@ async def build_pipeline(
         # ASR latency and lost key frames reach the vision policies by observing the pipeline.
         signals = QosSignals()
         pipeline.observe(signals)
-    vision_config, asr_config = share_cores(config, len(inputs))
-    # Several streams' OCR reads share one pool, a worker per core's worth of OCR threads:
-    # reads are served first come, first served instead of time-slicing the cores.
-    cores = os.cpu_count() or 1
-    ocr_pool = (
-        ThreadPoolExecutor(
-            max_workers=max(1, cores // vision_config.ocr.intra_op_threads),
-            thread_name_prefix="sf-ocr",
-        )
-        if config.ocr and len(inputs) > 1
-        else None
-    )
+    media_inputs = [item for item in inputs if not isinstance(item, TextSource)]
+    n_streams = n_streams or max(1, len(media_inputs))
+    vision_config, asr_config = share_cores(config, n_streams)
+    own_pools: list[ThreadPoolExecutor] = []
+    if ocr_pool is None and config.ocr and len(media_inputs) > 1:
+        # Several streams' OCR reads share one pool, a worker per core's worth of OCR
+        # threads: reads are served first come, first served instead of time-slicing cores.
+        ocr_pool = ocr_executor(vision_config)
+        own_pools.append(ocr_pool)
     # One timeline and one language-model stage for all streams: each keeps its state per
     # stream, and the LM batches every stream's answers through one KV-cache pool.
-    lm = LMStage(lm_config(config, len(inputs))) if config.lm is not None else None
+    lm = LMStage(lm_config(config, n_streams)) if config.lm is not None else None
     timeline = TimelineStage(config.timeline) if lm is not None else None
-    for i, location in enumerate(inputs):
-        stream_id = Path(location).stem if len(inputs) == 1 else f"{i}:{Path(location).stem}"
-        source = MediaSource(
-            location,
-            stream_id=stream_id,
-            realtime=config.realtime,
-            audio=config.asr,
-            video=config.ocr,
-            config=config.source,
-        )
+    for i, item in enumerate(inputs):
+        if isinstance(item, TextSource):
+            sources.append(item)
+            for sink in sinks:
+                pipeline.link(item, sink, maxsize=256)
+            if timeline is not None:
+                pipeline.link(item, timeline, maxsize=256)
+            continue
+        if isinstance(item, MediaSource):
+            source, location = item, item.location
+            stream_id = source.stream_id
+        else:
+            location = str(item)
+            stream_id = Path(location).stem if len(inputs) == 1 else f"{i}:{Path(location).stem}"
+            source = MediaSource(
+                location,
+                stream_id=stream_id,
+                realtime=config.realtime,
+                audio=config.asr,
+                video=config.ocr,
+                config=config.source,
+            )
         await source.open()
         if not (source.has_video or source.has_audio):
             raise SourceError(f"{location}: nothing to do (no usable audio or video stream)")
@@ -262,7 +289,15 @@ async def build_pipeline(
         ocr_stages=ocr_stages,
         policies=policies,
         signals=signals,
-        executors=[ocr_pool] if ocr_pool is not None else [],
+        executors=own_pools,
+    )
+
+
+def ocr_executor(vision: VisionConfig) -> ThreadPoolExecutor:
+    """A pool for several streams' OCR reads: one worker per core's worth of OCR threads."""
+    cores = os.cpu_count() or 1
+    return ThreadPoolExecutor(
+        max_workers=max(1, cores // vision.ocr.intra_op_threads), thread_name_prefix="sf-ocr"
     )
 
 

@@ -107,6 +107,28 @@ async def _run(
     return collect.records, summary
 
 
+# The telemetry options of every command that runs a pipeline (`_telemetry_options` reads them).
+OtlpOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--otlp/--no-otlp",
+        help="Export traces, metrics and logs over OTLP, configured by the standard "
+        "OTEL_EXPORTER_OTLP_* variables (default: on when an OTLP endpoint is set there).",
+    ),
+]
+PrometheusPortOption = Annotated[
+    int | None,
+    typer.Option(help="Serve metrics for Prometheus at http://127.0.0.1:PORT/metrics."),
+]
+TraceRatioOption = Annotated[
+    float | None,
+    typer.Option(
+        help="Share of frames traced through every stage (default 0.05, or "
+        "OTEL_TRACES_SAMPLER_ARG); frames behind an event are always traced."
+    ),
+]
+
+
 @app.command()
 def run(
     inputs: Annotated[list[str], typer.Argument(help="Media files or URLs (several run at once).")],
@@ -155,25 +177,9 @@ def run(
             "every new slide, every 30 s and at the end), streamed as lm_token / lm events.",
         ),
     ] = None,
-    otlp: Annotated[
-        bool | None,
-        typer.Option(
-            "--otlp/--no-otlp",
-            help="Export traces, metrics and logs over OTLP, configured by the standard "
-            "OTEL_EXPORTER_OTLP_* variables (default: on when an OTLP endpoint is set there).",
-        ),
-    ] = None,
-    prometheus_port: Annotated[
-        int | None,
-        typer.Option(help="Serve metrics for Prometheus at http://127.0.0.1:PORT/metrics."),
-    ] = None,
-    trace_ratio: Annotated[
-        float | None,
-        typer.Option(
-            help="Share of frames traced through every stage (default 0.05, or "
-            "OTEL_TRACES_SAMPLER_ARG); frames behind an event are always traced."
-        ),
-    ] = None,
+    otlp: OtlpOption = None,
+    prometheus_port: PrometheusPortOption = None,
+    trace_ratio: TraceRatioOption = None,
     input_option: Annotated[
         list[str] | None,
         typer.Option(
@@ -350,6 +356,9 @@ def demo(
             help="Live notes from the language model (Gemma 3 270M) on each new slide.",
         ),
     ] = False,
+    otlp: OtlpOption = None,
+    prometheus_port: PrometheusPortOption = None,
+    trace_ratio: TraceRatioOption = None,
 ) -> None:
     """Run the bundled lecture clip live, then score it against its ground truth."""
     from streamfuse.assets import demo_files
@@ -367,6 +376,7 @@ def demo(
             True,
             live,
             ask=DEMO_NOTES_PROMPT if notes else None,
+            telemetry=_telemetry_options(otlp, prometheus_port, trace_ratio),
         )
         if code == 0:
             _print_scores(_score(files.truth, out_path))
@@ -424,6 +434,77 @@ def eval_cmd(
         typer.echo(json.dumps(slim))
     else:
         _print_scores(result)
+
+
+@app.command()
+def serve(
+    host: Annotated[
+        str, typer.Option(help="Address to listen on (0.0.0.0 opens it to the network).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port (0: any free port).")] = 8765,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            envvar="STREAMFUSE_TOKEN",
+            help="Token every route but /health requires (default: a random one, printed).",
+        ),
+    ] = None,
+    max_sessions: Annotated[int, typer.Option(help="Sessions running at once.")] = 8,
+    max_message_bytes: Annotated[
+        int, typer.Option(help="Largest WebSocket message or request body.")
+    ] = 4 << 20,
+    idle_timeout_s: Annotated[
+        float, typer.Option(help="End a live session after this long without input.")
+    ] = 30.0,
+    metrics_public: Annotated[
+        bool, typer.Option("--metrics-public", help="Serve /metrics without the token.")
+    ] = False,
+    files: Annotated[
+        bool,
+        typer.Option("--files/--no-files", help="Let sessions read local files by path."),
+    ] = True,
+    asr_model: Annotated[str, typer.Option(help="tiny.en, base, or a model path.")] = "tiny.en",
+    otlp: OtlpOption = None,
+    trace_ratio: TraceRatioOption = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Serve the pipeline over HTTP: live browser camera/mic and text, URLs, a dashboard."""
+    from pydantic import ValidationError
+
+    from streamfuse.app import StreamfuseConfig
+    from streamfuse.server import ServeConfig
+    from streamfuse.server import serve as run_server
+
+    _setup_logging(verbose)
+    try:
+        job = StreamfuseConfig(
+            realtime=True,
+            asr_config={"model": asr_model},
+            telemetry=_telemetry_options(otlp, None, trace_ratio),
+        )
+        options: dict[str, Any] = {"token": token} if token else {}
+        config = ServeConfig(
+            host=host,
+            port=port,
+            max_sessions=max_sessions,
+            max_message_bytes=max_message_bytes,
+            idle_timeout_s=idle_timeout_s,
+            metrics_public=metrics_public,
+            allow_files=files,
+            job=job,
+            **options,
+        )
+    except ValidationError as e:
+        raise _fail(f"invalid option: {e.errors()[0]['msg']}") from None
+
+    def announce(url: str) -> None:
+        err.print(
+            f"streamfuse serve on {url}\ndashboard: {url}/?token={config.token}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+    run_server(config, announce)
 
 
 def main() -> None:

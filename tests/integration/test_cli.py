@@ -127,3 +127,32 @@ def test_audio_only_and_video_only_run_what_they_can(tmp_path: Path) -> None:
     evs = events(v_out)
     assert any(e["type"] == "ocr" for e in evs) and not any(e["type"] == "asr" for e in evs)
     assert any(e["type"] == "error" and "no audio" in e["message"] for e in evs)
+
+
+def test_serve_prints_its_address_and_token_and_stops_on_interrupt() -> None:
+    import signal
+    import urllib.error
+    import urllib.request
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamfuse.cli", "serve", "--port", "0", "--token", "cli-token-1"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()
+        dashboard = proc.stderr.readline().strip()
+        assert first.startswith("streamfuse serve on http://127.0.0.1:"), first
+        base = first.split(" on ", 1)[1].strip()
+        assert dashboard == f"dashboard: {base}/?token=cli-token-1"
+        with urllib.request.urlopen(f"{base}/health", timeout=10) as r:
+            assert json.loads(r.read())["status"] == "ok"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{base}/api/sessions", timeout=10)
+        assert refused.value.code == 401
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) in (0, 130)  # 130: uvicorn re-raises the interrupt
+        assert "Traceback" not in proc.stderr.read()
+    finally:
+        proc.kill()

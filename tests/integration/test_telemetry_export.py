@@ -11,12 +11,16 @@ import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from streamfuse import telemetry
 from streamfuse.app import StreamfuseConfig, build_pipeline, run_job
+from streamfuse.assets import DemoFiles
 from streamfuse.frames import Frame, VideoFrame
 from streamfuse.pipeline import Pipeline, Stage
 from streamfuse.pipeline.tracing import TracingObserver
@@ -24,6 +28,7 @@ from streamfuse.sinks import CollectSink
 from streamfuse.sources.synthetic import SyntheticSource
 from streamfuse.telemetry import TelemetryConfig, names
 from streamfuse.testing.otlp import OtlpGrpcReceiver, OtlpReceiver, ReceivedSpan, format_trace
+from streamfuse.testing.prometheus import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("clean_otel")]
 
@@ -93,6 +98,13 @@ def test_ocr_event_trace_and_metrics_over_otlp_http(receiver: OtlpReceiver) -> N
         assert ocr.duration_ms >= 1000 * ocr.attributes[names.ATTR_BUSY] - 0.01
         assert change.attributes[names.ATTR_FRAME_TYPE] == "VideoFrame"
         assert ocr.attributes[names.ATTR_FRAME_TYPE] == "KeyFrame"
+        # The OCR models and their versions, on the OCR spans only.
+        assert "_det" in ocr.attributes[names.ATTR_MODEL_NAME]
+        assert ocr.attributes[names.ATTR_MODEL_PRECISION] == "fp32"
+        assert ocr.attributes[names.ATTR_MODEL_RUNTIME].startswith(
+            f"rapidocr {version('rapidocr')}, onnxruntime {version('onnxruntime')}"
+        )
+        assert names.ATTR_MODEL_NAME not in change.attributes
         latency_s = event.attributes[names.ATTR_EVENT_LATENCY]
         assert latency_s * 1e9 == pytest.approx(event.start_ns - source.start_ns, abs=2e6)
     # At ratio 1 every video frame has a source span (~12 s at 30 fps + end of stream).
@@ -136,6 +148,42 @@ def test_cli_exports_when_an_otlp_endpoint_is_in_the_environment(
     assert sum(s.name == "media:short.mp4" for s in spans) < 100
     assert spans[0].resource["service.name"] == "lecture-ocr"
     assert names.STAGE_LATENCY in receiver.metric_names()
+
+
+def test_demo_takes_the_telemetry_options_of_run(
+    receiver: OtlpReceiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`demo --otlp --trace-ratio --prometheus-port` (the test clip stands in for the demo's)."""
+    import streamfuse.assets
+    from streamfuse.cli import app
+
+    @contextmanager
+    def short_demo() -> Iterator[DemoFiles]:
+        yield DemoFiles(clip=SHORT, truth=SHORT.with_suffix(".truth.json"))
+
+    installed: list[TelemetryConfig] = []
+    real_setup = telemetry.setup
+
+    def spy(config: TelemetryConfig | None = None) -> telemetry.Telemetry | None:
+        installed.append(config or TelemetryConfig())
+        return real_setup(config)
+
+    monkeypatch.setattr(streamfuse.assets, "demo_files", short_demo)
+    monkeypatch.setattr(telemetry, "setup", spy)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    port = free_port()
+    result = CliRunner().invoke(
+        app,
+        ["demo", "--no-realtime", "--no-live", "--out", str(tmp_path / "ev.jsonl")]
+        + ["--otlp", "--trace-ratio", "1", "--prometheus-port", str(port)],
+    )
+    assert result.exit_code == 0, result.output
+    (config,) = installed
+    assert (config.otlp, config.sample_ratio, config.prometheus_port) == (True, 1.0, port)
+    spans = receiver.spans()
+    assert len(ocr_chains(spans)) == 3
+    # Ratio 1: every video frame is traced, not only those behind an event.
+    assert sum(s.name == "media:short.mp4" for s in spans) > 300
 
 
 class Chatty(Stage):

@@ -6,7 +6,14 @@ import asyncio
 
 import pytest
 
-from streamfuse.events import AsrPartialPayload, AsrPayload, LmPayload, OcrLine, OcrPayload
+from streamfuse.events import (
+    AsrPartialPayload,
+    AsrPayload,
+    LmPayload,
+    OcrLine,
+    OcrPayload,
+    TextPayload,
+)
 from streamfuse.frames import ContextFrame, EventFrame, Frame, TextFrame
 from streamfuse.fusion import TimelineConfig, TimelineStage
 from streamfuse.testing import run_stage
@@ -44,6 +51,24 @@ def test_events_become_timeline_lines_led_by_a_header() -> None:
     line = out[1]
     assert isinstance(line, ContextFrame) and (line.t_media, line.t_end) == (1.0, 2.0)
     assert line.arrival_wall == frames[1].arrival_wall  # latency is measured from the event
+
+
+def test_chat_and_captions_join_the_timeline_labelled_by_kind_and_author() -> None:
+    stage = TimelineStage(TimelineConfig(header="", checkpoint_every_s=1000.0))
+    chat = EventFrame(
+        stream_id="talk", t_media=3.0, t_end=3.0,
+        payload=TextPayload(text="what  about Q3?", author="alice"),
+    )  # fmt: skip
+    caption = EventFrame(
+        stream_id="talk", t_media=4.0, t_end=4.0, payload=TextPayload(text="hi", kind="caption")
+    )
+    out = feed(stage, [speech(1.0, "revenue grew"), chat, caption])
+    texts = [f.text for f in out if isinstance(f, ContextFrame)]
+    assert texts == [
+        "[1.0s] SPEECH: revenue grew\n",
+        "[3.0s] CHAT alice: what about Q3?\n",
+        "[4.0s] CAPTION: hi\n",
+    ]
 
 
 def test_only_slides_and_committed_speech_are_context() -> None:

@@ -1,9 +1,12 @@
 """The telemetry docs stay true: the example Collector config wires each signal to an exporter
-that takes it (traces never into the Prometheus exporter), and docs/telemetry.md names every
-metric streamfuse records."""
+that takes it (traces never into the Prometheus exporter), docs/telemetry.md names every
+metric streamfuse records, and the Prometheus scrape configs of the docs pass `promtool`."""
 
 from __future__ import annotations
 
+import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -13,7 +16,11 @@ from streamfuse.telemetry import names
 
 pytestmark = pytest.mark.unit
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+PROMTOOL = shutil.which("promtool") or (
+    "/usr/bin/promtool" if Path("/usr/bin/promtool").is_file() else None
+)
 
 # Collector exporter types (the part before "/") and the signals each takes.
 EXPORTER_SIGNALS = {
@@ -57,3 +64,42 @@ def test_every_metric_and_span_attribute_is_documented() -> None:
     assert len(metrics) > 10
     missing = [m for m in metrics if f"`{m}`" not in text]
     assert not missing, f"docs/telemetry.md does not describe {missing}"
+
+
+def scrape_configs(markdown: str) -> list[str]:
+    """The YAML blocks of `markdown` that are Prometheus configs (they have scrape_configs)."""
+    blocks = re.findall(r"```yaml\n(.*?)```", markdown, re.S)
+    return [b for b in blocks if "scrape_configs:" in b]
+
+
+def readme_telemetry_section() -> str:
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("## Telemetry")
+    return readme[start : readme.index("\n## ", start + 1)]
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian package `prometheus`) is missing")
+@pytest.mark.parametrize("where", ["README.md", "docs/telemetry.md"])
+def test_prometheus_scrape_configs_in_the_docs_are_valid(where: str, tmp_path: Path) -> None:
+    """Each scrape config passes `promtool check config` and scrapes the port the doc's own
+    commands give `--prometheus-port`."""
+    assert PROMTOOL is not None
+    text = readme_telemetry_section() if where == "README.md" else (ROOT / where).read_text()
+    configs = scrape_configs(text)
+    assert configs, f"no Prometheus scrape config in {where}"
+    ports = set(re.findall(r"--prometheus-port (\d+)", text))
+    assert ports
+    for i, block in enumerate(configs):
+        path = tmp_path / f"prometheus-{i}.yml"
+        path.write_text(block)
+        check = subprocess.run(
+            [PROMTOOL, "check", "config", str(path)], capture_output=True, text=True, timeout=60
+        )
+        assert check.returncode == 0, check.stdout + check.stderr
+        targets = {
+            t
+            for job in yaml.safe_load(block)["scrape_configs"]
+            for static in job.get("static_configs", [])
+            for t in static["targets"]
+        }
+        assert {f"127.0.0.1:{p}" for p in ports} <= targets

@@ -17,6 +17,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -28,9 +29,11 @@ from streamfuse.errors import StageError
 from streamfuse.events import AsrPartialPayload, AsrPayload
 from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, AudioFrame, EventFrame, Frame, now_wall
 from streamfuse.pipeline.stage import Stage
-from streamfuse.telemetry.metrics import instruments
+from streamfuse.telemetry.metrics import ModelInfo, instruments
 
 log = logging.getLogger(__name__)
+
+_ASR_PACKAGES = ("faster-whisper", "ctranslate2")
 
 _MAX_GAP_FILL_S = 5.0
 _TAIL_S = 1.5
@@ -84,6 +87,12 @@ class AsrStage(Stage):
         if self._vad is None:
             self._vad = await self.run_blocking(SileroVad)
         await self.run_blocking(self._transcriber.load)
+
+    def model_info(self) -> ModelInfo | None:
+        if not isinstance(self._transcriber, WhisperTranscriber):
+            return None  # not set up yet, or a stand-in transcriber
+        name = Path(self.config.model).name  # `tiny.en`, or a model folder's name
+        return ModelInfo(f"whisper {name}", self.config.compute_type, _ASR_PACKAGES)
 
     async def process(self, frame: Frame) -> AsyncIterator[Frame]:
         assert isinstance(frame, AudioFrame)

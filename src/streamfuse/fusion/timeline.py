@@ -1,12 +1,13 @@
 """The timeline stage: where slide text and speech meet, in media order, as one text context.
 
 Input: `ocr` events (a slide read: `OcrPayload`), `asr` events (committed speech:
-`AsrPayload`) and `TextFrame` prompts, which pass through in order. Each new slide or stretch
-of speech becomes one `ContextFrame` line (`[12.0s] SLIDE: ...`), the stream's first one led by
-the header; a slide read again unchanged adds nothing. A line is a checkpoint (worth a fresh
-answer to a standing question) when it is a new slide, or when `checkpoint_every_s` of media
-passed since the last checkpoint (and something was added since).
-This is the only module that knows the OCR and ASR event kinds; the LM answer stage
+`AsrPayload`), `text` events (chat or captions from a text stream: `TextPayload`, labelled by
+their kind, `CHAT alice: ...`) and `TextFrame` prompts, which pass through in order. Each new
+slide, stretch of speech or message becomes one `ContextFrame` line (`[12.0s] SLIDE: ...`),
+the stream's first one led by the header; a slide read again unchanged adds nothing. A line
+is a checkpoint (worth a fresh answer to a standing question) when it is a new slide, or when
+`checkpoint_every_s` of media passed since the last checkpoint (and something was added since).
+This is the only module that knows the OCR, ASR and text event kinds; the LM answer stage
 (lm/stage.py) sees context text and prompts only.
 """
 
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from streamfuse.events import AsrPayload, OcrPayload
+from streamfuse.events import AsrPayload, OcrPayload, TextPayload
 from streamfuse.frames import ContextFrame, EventFrame, Frame, TextFrame
 from streamfuse.pipeline.stage import Stage
 from streamfuse.text import collapse_whitespace
@@ -64,20 +65,22 @@ class TimelineStage(Stage):
             return
         assert isinstance(frame, EventFrame)
         payload = frame.payload
+        cfg = self.config
         if isinstance(payload, OcrPayload):
-            is_slide = True
+            label = cfg.slide_label
         elif isinstance(payload, AsrPayload):
-            is_slide = False
+            label = cfg.speech_label
+        elif isinstance(payload, TextPayload):
+            label = payload.kind.upper() + (f" {payload.author}" if payload.author else "")
         else:
             return  # not part of the timeline (partial hypotheses, answers, ...)
+        is_slide = isinstance(payload, OcrPayload)
         st = self._streams.setdefault(frame.stream_id, _Stream())
         text = collapse_whitespace(payload.text)
         line: str | None = None
         if text and not (is_slide and text == st.last_slide):
             if is_slide:
                 st.last_slide = text
-            cfg = self.config
-            label = cfg.slide_label if is_slide else cfg.speech_label
             line = f"[{frame.t_media:.1f}s] {label}: {text}\n"
             if not st.started:
                 # One frame, so the LM feeds the opening in one piece (one prefill, as before).

@@ -23,6 +23,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -33,7 +34,7 @@ from streamfuse.lm.config import LMConfig
 from streamfuse.lm.engine import LMEngine, Request, RequestHandle
 from streamfuse.lm.tokenizer import TextCodec, TextStream
 from streamfuse.pipeline.stage import Stage
-from streamfuse.telemetry.metrics import watch_lm_engine
+from streamfuse.telemetry.metrics import ModelInfo, watch_lm_engine
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,7 @@ class LMStage(Stage):
         self.tokenizer = tokenizer
         self._streams: dict[str, _StreamState] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loaded = False  # `setup` loaded the configured model
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def setup(self) -> None:
@@ -114,10 +116,17 @@ class LMStage(Stage):
             model, tok = await self.run_blocking(load_model, self.config.lm.model)
             if tok is None:
                 raise ModelError(f"model {self.config.lm.model.source!r} has no tokenizer.json")
+            self._loaded = self.engine is None
             self.engine = self.engine or LMEngine(model, self.config.lm)
             self.tokenizer = self.tokenizer or tok
         watch_lm_engine(self.engine)
         self.engine.start()
+
+    def model_info(self) -> ModelInfo | None:
+        if not self._loaded:
+            return None  # not set up yet, or handed an engine (whose model it does not know)
+        model = self.config.lm.model
+        return ModelInfo(Path(model.source).name, model.weights, ("torch",))
 
     async def teardown(self) -> None:
         if self.engine is not None:

@@ -22,7 +22,7 @@ from streamfuse.frames import Frame
 from streamfuse.pipeline.observer import FrameProcessed, FramesDropped, Observer
 from streamfuse.pipeline.queues import FrameQueue, OverloadPolicy
 from streamfuse.stats import percentiles
-from streamfuse.telemetry.metrics import instruments
+from streamfuse.telemetry.metrics import ModelInfo, instruments
 
 T = TypeVar("T")
 
@@ -113,6 +113,10 @@ class Stage(ABC):
 
     async def teardown(self) -> None:
         """Release resources (runs after the stage finished or was cancelled)."""
+
+    def model_info(self) -> ModelInfo | None:
+        """The model this stage runs, once set up (telemetry reports it). Default: none."""
+        return None
 
     async def run_blocking(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run a blocking call (a model, a decoder) on this stage's worker thread."""

@@ -11,7 +11,8 @@ an `ErrorFrame` the runner made of a failure) the chain of calls behind it becom
 the fact, with their real times: every event is traced whatever the ratio. The event's span is
 a child of the emitting call's span, an instant at emission, and links to each span of its
 chain; the calls that consume the event (sinks, the timeline) are its children. While a traced
-call runs its span is the current span, so what the stage logs carries the trace id.
+call runs its span is the current span, so what the stage logs carries the trace id. The spans
+of a stage that runs a model (`Stage.model_info`) name it, its precision and runtime versions.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class _Call:
         "failed",
         "flushed",
         "frame_type",
+        "model",
         "name",
         "parent",
         "queue_wait_s",
@@ -71,6 +73,8 @@ class _Call:
         self.failed = False
         self.flushed = False
         self.queue_wait_s: float | None = None
+        #: The span attributes of the model the stage runs (`Stage.model_info`), if any.
+        self.model: dict[str, str] | None = None
 
 
 def _key(frame: Frame) -> tuple[type, float, float]:
@@ -105,6 +109,8 @@ class TracingObserver(Observer):
         self._offset_ns = time.time_ns() - int(now_wall() * 1e9)
         self._made: dict[int, tuple[tuple[type, float, float], _Call, float]] = {}
         self._running: dict[int, _Call] = {}
+        # Per stage (by id, for the run): its model's span attributes, read once it is set up.
+        self._models: dict[int, dict[str, str] | None] = {}
 
     # -- observer hooks ---------------------------------------------------------------------
     def on_frame(self, event: FrameEmitted) -> None:
@@ -139,6 +145,11 @@ class TracingObserver(Observer):
             parent is not None and parent.sampled,
         )
         call.flushed = event.flushed
+        stage_id = id(event.stage)
+        if stage_id not in self._models:
+            info = event.stage.model_info()
+            self._models[stage_id] = info.span_attributes() if info is not None else None
+        call.model = self._models[stage_id]
         if made is not None and parent is not None:
             call.queue_wait_s = max(0.0, event.wall - made[2])
         self._running[id(event.stage)] = call
@@ -162,6 +173,7 @@ class TracingObserver(Observer):
     def on_end(self, wall: float) -> None:
         self._made.clear()
         self._running.clear()
+        self._models.clear()
 
     # -- spans --------------------------------------------------------------------------------
     def _ns(self, wall: float) -> int:
@@ -183,6 +195,8 @@ class TracingObserver(Observer):
             attributes[names.ATTR_QUEUE_WAIT] = call.queue_wait_s
         if call.flushed:
             attributes[names.ATTR_FLUSHED] = True
+        if call.model is not None:
+            attributes.update(call.model)
         call.span = self.tracer.start_span(
             call.name, context=ctx, attributes=attributes, start_time=self._ns(call.start)
         )

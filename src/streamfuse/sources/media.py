@@ -141,15 +141,19 @@ class MediaSource(Source):
         await asyncio.to_thread(self._open_sync)
 
     def _open_sync(self) -> None:
-        self._container = self._connect()
-        c = self._container
+        self._container = self._open_container()
+        self._inspect()
+
+    def _inspect(self) -> None:
+        """Read the opened container's streams: which to decode, duration, rate, size."""
+        c, loc = self._container, self.location
         self.has_video = bool(c.streams.video) and self.want_video
         self.has_audio = bool(c.streams.audio) and self.want_audio
         if not c.streams.video and not c.streams.audio:
-            raise SourceError(f"no audio or video stream in {self.location}")
+            raise SourceError(f"no audio or video stream in {loc}")
         # Inputs without a duration over HTTP (MPEG-TS streams, live HLS, fragmented MP4)
         # are paced like files when asked: only these protocols and devices pace themselves.
-        self.live = _scheme(self.location) in _LIVE_SCHEMES or self._device() is not None
+        self.live = _scheme(loc) in _LIVE_SCHEMES or self._device() is not None
         if c.duration and not self.live:
             self.duration_s = c.duration / av.time_base
         self._origin_s = c.start_time / av.time_base if c.start_time is not None else 0.0
@@ -160,7 +164,7 @@ class MediaSource(Source):
             self.video_size = (vs.codec_context.width, vs.codec_context.height)
         log.info(
             "opened %s: video=%s audio=%s duration=%s live=%s",
-            self.location,
+            loc,
             self.has_video,
             self.has_audio,
             self.duration_s,
@@ -186,8 +190,9 @@ class MediaSource(Source):
             )
         return name, usable[0]
 
-    def _connect(self) -> Any:
-        """Open the input once; a `SourceError` names it and says what went wrong."""
+    def _open_container(self) -> Any:
+        """The opened PyAV input container (raising `SourceError` naming the problem); called
+        again for each reconnection."""
         loc = self.location
         cfg = self.config
         device = self._device()
@@ -347,7 +352,10 @@ class MediaSource(Source):
         `interleave_buffer_mb` they go out anyway, with one warning.
         """
         cfg = self.config
-        hold_s = self.lookahead_s if self.live else max(self.lookahead_s, cfg.interleave_buffer_s)
+        # Feeds (live protocols, inputs without a duration: pushed bytes, MPEG-TS streams) are
+        # interleaved by their sender; a stream of theirs may also never send a packet.
+        feed = self.live or self.duration_s is None
+        hold_s = self.lookahead_s if feed else max(self.lookahead_s, cfg.interleave_buffer_s)
         max_bytes = cfg.interleave_buffer_mb * 2**20
         # A stream that ended early is waited for no more. Only local files' stream durations
         # are trusted: read without seeking, a fragmented MP4 reports its first fragment's.
@@ -383,7 +391,7 @@ class MediaSource(Source):
                     span = max(latest.values()) - t0
                     if span <= hold_s and held <= max_bytes:
                         break
-                    if span > self.lookahead_s:
+                    if not feed and span > self.lookahead_s:
                         self._warn_interleave(span, held)
                 _, _, out = heapq.heappop(heap)
                 held -= out.size
@@ -562,7 +570,7 @@ class MediaSource(Source):
             )
             await asyncio.sleep(wait_s)
             try:
-                self._container = await asyncio.to_thread(self._connect)
+                self._container = await asyncio.to_thread(self._open_container)
             except SourceError as e:
                 last = str(e)
                 continue

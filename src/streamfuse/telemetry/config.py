@@ -64,6 +64,11 @@ class TelemetryConfig(BaseModel):
         description="Address the Prometheus endpoint listens on (0.0.0.0 opens it to the "
         "network; there is no authentication).",
     )
+    prometheus_registry: bool = Field(
+        False,
+        description="Keep the metrics in a Prometheus registry for the application to serve "
+        "on a route of its own (`streamfuse serve`'s /metrics; `Telemetry.prometheus_registry`).",
+    )
     traces: bool = Field(True, description="Record spans (with an OTLP exporter).")
     sample_ratio: float | None = Field(
         None,
@@ -106,7 +111,8 @@ class TelemetryConfig(BaseModel):
 
     def enabled(self, env: Mapping[str, str] | None = None) -> bool:
         """Anything to install: an exporter was asked for and the SDK is not disabled."""
-        return (self.otlp or self.prometheus_port is not None) and not self.sdk_disabled(env)
+        wanted = self.otlp or self.prometheus_port is not None or self.prometheus_registry
+        return wanted and not self.sdk_disabled(env)
 
     def protocol(self, signal: str, env: Mapping[str, str] | None = None) -> OtlpProtocol:
         """The OTLP protocol for `signal` (traces, metrics, logs)."""

@@ -8,10 +8,12 @@ seen. Gauges read live objects registered with `watch_*` (held weakly) at each c
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 import weakref
 from collections.abc import Iterable
+from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -27,6 +29,45 @@ def package_version() -> str:
         return version("streamfuse")
     except PackageNotFoundError:  # pragma: no cover - running from a bare source tree
         return "0+unknown"
+
+
+@functools.cache
+def _version_of(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "?"
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """The model a stage runs: what `Stage.model_info` returns, reported as the attributes of
+    the stage's spans and as the labels of the `streamfuse.model.info` series."""
+
+    name: str
+    precision: str
+    #: Distribution names of the packages running the model (their versions are looked up).
+    packages: tuple[str, ...] = ()
+
+    @property
+    def runtime(self) -> str:
+        """`rapidocr 3.10.0, onnxruntime 1.32.0` (a package not installed: `name ?`)."""
+        return ", ".join(f"{p} {_version_of(p)}" for p in self.packages)
+
+    def span_attributes(self) -> dict[str, str]:
+        return {
+            names.ATTR_MODEL_NAME: self.name,
+            names.ATTR_MODEL_PRECISION: self.precision,
+            names.ATTR_MODEL_RUNTIME: self.runtime,
+        }
+
+    def metric_attributes(self, stage: str) -> dict[str, str]:
+        return {
+            "stage": stage,
+            "model": self.name,
+            "precision": self.precision,
+            "runtime": self.runtime,
+        }
 
 
 class Instruments:
@@ -101,6 +142,12 @@ class Instruments:
             unit="1",
             description="CPU time since the last collection over wall time and cores (0..1)",
         )
+        self.model_info = meter.create_observable_gauge(
+            names.MODEL_INFO,
+            callbacks=[_observe_models],
+            unit="1",
+            description="1 per stage running a model (stage, model, precision, runtime)",
+        )
 
 
 _current: Instruments | None = None
@@ -143,6 +190,14 @@ def _observe_queues(options: CallbackOptions) -> Iterable[Observation]:
         for stage in pipeline.stages:
             depth = pipeline.queue_of(stage).data_depth
             yield Observation(depth, {"stage": stage.name, "pipeline": pipeline.name})
+
+
+def _observe_models(options: CallbackOptions) -> Iterable[Observation]:
+    for pipeline in list(_watched):
+        for stage in pipeline.stages:
+            info = stage.model_info()
+            if info is not None:
+                yield Observation(1, info.metric_attributes(stage.name))
 
 
 def _observe_lm_tokens(options: CallbackOptions) -> Iterable[Observation]:

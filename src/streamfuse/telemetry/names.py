@@ -26,6 +26,7 @@ LM_KV_SLOTS = "streamfuse.lm.kv.slots"  # 1, share of the KV pool's slots in use
 LM_KV_TOKENS = "streamfuse.lm.kv.tokens"  # 1, share of the KV pool's token capacity in use
 PROCESS_CPU_TIME = "streamfuse.process.cpu.time"  # s, CPU time of the process (mode=user|system)
 PROCESS_CPU_UTILIZATION = "streamfuse.process.cpu.utilization"  # 1, CPU share of all cores
+MODEL_INFO = "streamfuse.model.info"  # 1, one series per stage running a model, labelled with it
 
 # -- span attributes ------------------------------------------------------------------------------
 ATTR_STAGE = "streamfuse.stage"  # the source or stage name (`ocr:lecture`)
@@ -38,3 +39,6 @@ ATTR_FAILED = "streamfuse.failed"  # the call raised (the runner made an error e
 ATTR_FLUSHED = "streamfuse.flushed"  # the call was the stage's end-of-stream flush
 ATTR_EVENT_TYPE = "streamfuse.event.type"  # `ocr`, `asr`, `error`...
 ATTR_EVENT_LATENCY = "streamfuse.event.latency_s"  # s, input arrival to emission
+ATTR_MODEL_NAME = "streamfuse.model.name"  # the model a stage runs (`PP-OCRv6_det_small+...`)
+ATTR_MODEL_PRECISION = "streamfuse.model.precision"  # its weights / compute type (`int8`, `fp32`)
+ATTR_MODEL_RUNTIME = "streamfuse.model.runtime"  # the packages running it, with their versions

@@ -57,6 +57,8 @@ class Telemetry:
     sample_ratio: float = 0.0
     #: (host, port) the Prometheus endpoint listens on.
     prometheus_address: tuple[str, int] | None = None
+    #: The registry the Prometheus reader fills (`prometheus_client.generate_latest` renders it).
+    prometheus_registry: Any = None
     _handler: logging.Handler | None = None
     _server: Any = None
     _server_thread: threading.Thread | None = None
@@ -173,8 +175,8 @@ def _install(config: TelemetryConfig) -> Telemetry:
                 export_interval_millis=config.interval_s() * 1000.0,
             )
         )
-    prometheus: tuple[Any, Any, Any] | None = None
-    if config.prometheus_port is not None:
+    prometheus: tuple[Any, Any, Any, Any] | None = None
+    if config.prometheus_port is not None or config.prometheus_registry:
         prometheus = _prometheus(config)
         readers.append(prometheus[0])
     views = [
@@ -188,9 +190,10 @@ def _install(config: TelemetryConfig) -> Telemetry:
     meter_provider = MeterProvider(metric_readers=readers, resource=resource, views=views)
     telemetry = Telemetry(config=config, resource=resource, meter_provider=meter_provider)
     if prometheus is not None:
-        _, telemetry._server, telemetry._server_thread = prometheus
-        host, port = telemetry._server.server_address[:2]
-        telemetry.prometheus_address = (str(host), int(port))
+        _, telemetry.prometheus_registry, telemetry._server, telemetry._server_thread = prometheus
+        if telemetry._server is not None:
+            host, port = telemetry._server.server_address[:2]
+            telemetry.prometheus_address = (str(host), int(port))
     if config.tracing():
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -223,17 +226,19 @@ def _install(config: TelemetryConfig) -> Telemetry:
     return telemetry
 
 
-def _prometheus(config: TelemetryConfig) -> tuple[Any, Any, Any]:
-    """A reader on a registry of its own, served over HTTP: (reader, server, thread)."""
+def _prometheus(config: TelemetryConfig) -> tuple[Any, Any, Any, Any]:
+    """A reader on a registry of its own, served over HTTP when `prometheus_port` is set:
+    (reader, registry, server, thread)."""
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from prometheus_client import CollectorRegistry, start_http_server
 
     registry = CollectorRegistry(auto_describe=True)
     reader = PrometheusMetricReader(registry=registry)
     port = config.prometheus_port
-    assert port is not None
+    if port is None:
+        return reader, registry, None, None
     server, thread = start_http_server(port, addr=config.prometheus_host, registry=registry)
-    return reader, server, thread
+    return reader, registry, server, thread
 
 
 _HTTP = {

@@ -135,3 +135,38 @@ def cut(src: str | Path, dst: str | Path, end_s: float) -> Path:
 def _time_s(packet: av.Packet) -> float:
     assert packet.dts is not None and packet.time_base is not None
     return float(packet.dts * packet.time_base)
+
+
+def encode_webm(
+    src: str | Path,
+    dst: str | Path,
+    *,
+    video_bitrate: int = 6_000_000,
+    fps: float | None = None,
+    max_s: float | None = None,
+) -> Path:
+    """Re-encode `src` as a browser's MediaRecorder records it: WebM, VP8 video, Opus audio,
+    streams interleaved in time order (`fps`: capture at this rate, as a camera asked for a
+    lower rate does; `max_s`: only the first seconds)."""
+    with av.open(str(src)) as inp, av.open(str(dst), "w", format="webm") as out:
+        vin, ain = inp.streams.video[0], inp.streams.audio[0]
+        vout = out.add_stream("libvpx", rate=round(fps or vin.average_rate or 30))
+        next_video_t = 0.0
+        vout.width, vout.height = vin.codec_context.width, vin.codec_context.height
+        vout.pix_fmt, vout.bit_rate = "yuv420p", video_bitrate
+        aout = out.add_stream("libopus", rate=48_000)
+        for frame in inp.decode(vin, ain):
+            if not isinstance(frame, av.VideoFrame | av.AudioFrame):
+                continue
+            if max_s is not None and frame.time is not None and frame.time >= max_s:
+                continue
+            if isinstance(frame, av.VideoFrame):
+                if fps is not None and (frame.time or 0.0) < next_video_t - 1e-6:
+                    continue
+                next_video_t += 1.0 / fps if fps else 0.0
+                out.mux(vout.encode(frame))
+            elif isinstance(frame, av.AudioFrame):
+                out.mux(aout.encode(frame))
+        out.mux(vout.encode())
+        out.mux(aout.encode())
+    return Path(dst)

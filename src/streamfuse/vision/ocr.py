@@ -39,7 +39,7 @@ from streamfuse.models import file_sha256, ort_session_options
 from streamfuse.pipeline.queues import OverloadPolicy
 from streamfuse.pipeline.stage import Stage
 from streamfuse.qos.ladder import align_px
-from streamfuse.telemetry.metrics import instruments
+from streamfuse.telemetry.metrics import ModelInfo, instruments
 from streamfuse.text import collapse_whitespace
 from streamfuse.vision.config import FixedPolicy, OcrConfig, VisionConfig
 from streamfuse.vision.frames import BBox, KeyFrame, clamp_box, clip_box
@@ -89,6 +89,10 @@ class OcrEngine(ABC):
     def read(self, image: np.ndarray, det_max_side_px: int) -> OcrReading:
         """Read an RGB uint8 image; the detector input is scaled to `det_max_side_px`."""
 
+    def model_info(self) -> ModelInfo | None:
+        """The loaded models (telemetry reports them). Default: unknown."""
+        return None
+
 
 class RapidOcrEngine(OcrEngine):
     """rapidocr 3.x (PP-OCR detector + recognizer in ONNX) on onnxruntime, CPU.
@@ -107,6 +111,7 @@ class RapidOcrEngine(OcrEngine):
     def __init__(self, config: OcrConfig | None = None, *, streams: int = 1) -> None:
         self.config = config or OcrConfig()
         self._engine: Any = None
+        self._model_name: str | None = None  # known once loaded
         #: The precision wanted (`OcrConfig.resolve_precision` for `streams` streams sharing
         #: the machine), then the one the loaded models run at: "int8" or "fp32".
         self.precision = self.config.resolve_precision(streams)
@@ -140,6 +145,11 @@ class RapidOcrEngine(OcrEngine):
             raise ModelError(f"cannot load the rapidocr models: {e}") from e
         if getattr(self._engine, "text_det", None) is None:
             raise ModelError("rapidocr did not load its text detector")
+        # rapidocr's own model files (an INT8 detector is a quantized copy of its FP32 one).
+        self._model_name = "+".join(
+            Path(getattr(m.session.session, "_model_path", "")).stem
+            for m in (self._engine.text_det, self._engine.text_rec)
+        )
         int8 = int8_model_paths(self._engine) if self.precision == "int8" else None
         self.precision = "int8" if int8 else "fp32"
         if int8:
@@ -157,6 +167,11 @@ class RapidOcrEngine(OcrEngine):
             self._rebuild_sessions({})
         if int8 or not self.config.ort_allow_spinning:
             self._engine(_warmup_image())  # the new sessions' first run is slow too
+
+    def model_info(self) -> ModelInfo | None:
+        if self._model_name is None:
+            return None
+        return ModelInfo(self._model_name, self.precision, ("rapidocr", "onnxruntime"))
 
     def _rebuild_sessions(self, paths: dict[str, Path]) -> None:
         """Swap rapidocr's detector/recognizer sessions for ours: `paths` replaces a model
@@ -351,6 +366,9 @@ class OcrStage(Stage):
 
     async def setup(self) -> None:
         await self.run_blocking(self.engine.load)
+
+    def model_info(self) -> ModelInfo | None:
+        return self.engine.model_info()
 
     async def process(self, frame: Frame) -> AsyncIterator[Frame]:
         assert isinstance(frame, KeyFrame)
