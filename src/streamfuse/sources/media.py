@@ -270,7 +270,9 @@ class MediaSource(Source):
                         yield self._gap(frame.t_media)
                     self._n_out += 1
                     if self.live:
-                        wall = now_wall()  # the feed paces itself: it arrived now
+                        # The feed paces itself: a frame arrived when it was decoded off the
+                        # network (its creation time), however long it then waited here.
+                        wall = frame.arrival_wall
                     else:
                         wall = await self.pacer.wait_until(frame.t_media)
                     self._media_end_s = max(self._media_end_s, _t_end(frame))
