@@ -37,6 +37,7 @@ from streamfuse.sinks.base import EventSink
 from streamfuse.sources.media import is_url
 from streamfuse.sources.pipe import BytePipe, PipeSource
 from streamfuse.sources.text import TextSource
+from streamfuse.telemetry.metrics import instruments
 
 log = logging.getLogger(__name__)
 
@@ -282,6 +283,16 @@ class SessionManager:
         return config
 
     async def create(self, request: SessionRequest) -> Session:
+        try:
+            return await self._create(request)
+        except SessionLimit:
+            instruments().serve_refused.add(1, {"reason": "limit"})
+            raise
+        except SessionRejected:
+            instruments().serve_refused.add(1, {"reason": "input"})
+            raise
+
+    async def _create(self, request: SessionRequest) -> Session:
         if len(self.running) >= self.config.max_sessions:
             raise SessionLimit(f"session limit reached ({self.config.max_sessions} running)")
         local = request.input is not None and not is_url(request.input)
@@ -337,6 +348,21 @@ class SessionManager:
         """Build and run the session's job; `ready` (URL and file sessions) is resolved once
         the input is open, or with the error that stopped it."""
         sink = SessionSink(session)
+        running = instruments().serve_sessions
+        attrs = {"live": str(session.live).lower()}
+        running.add(1, attrs)
+        try:
+            await self._run_job(session, inputs, sink, ready)
+        finally:
+            running.add(-1, attrs)
+
+    async def _run_job(
+        self,
+        session: Session,
+        inputs: list[str | Source],
+        sink: SessionSink,
+        ready: asyncio.Future[None] | None,
+    ) -> None:
         try:
             if session.config.ocr and self._ocr_pool is None:
                 # Every session's OCR reads go through one pool, a worker per core: reads are
