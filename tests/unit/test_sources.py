@@ -7,6 +7,7 @@ import asyncio
 import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 from typer.testing import CliRunner
@@ -213,3 +214,36 @@ def test_bundled_demo_clip_is_time_interleaved() -> None:
 
     with demo_files() as files:
         assert spread_s(files.clip) < 0.5
+
+
+def test_stereo_is_averaged_to_mono_not_summed(tmp_path: Path) -> None:
+    """A browser records its microphone as two identical channels: the mono signal must keep
+    their level (FFmpeg's downmix made it 1.41x louder and clipped)."""
+    import av as _av
+
+    from streamfuse.frames import AudioFrame
+    from streamfuse.sources.media import MediaSource
+
+    rate = 48_000
+    t = np.arange(rate) / rate
+    tone = (0.9 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+    path = tmp_path / "stereo.wav"
+    with _av.open(str(path), "w") as out:
+        stream = out.add_stream("pcm_f32le", rate=rate, layout="stereo")
+        frame = _av.AudioFrame.from_ndarray(
+            np.stack([tone, tone]).reshape(1, -1, order="F"), format="flt", layout="stereo"
+        )
+        frame.rate = rate
+        out.mux(stream.encode(frame))
+        out.mux(stream.encode())
+
+    async def samples() -> np.ndarray:
+        source = MediaSource(path, video=False)
+        await source.open()
+        got = [f.samples async for f in source.frames() if isinstance(f, AudioFrame)]
+        await source.close()
+        return np.concatenate(got)
+
+    mono = asyncio.run(samples())
+    assert len(mono) >= 15_900
+    assert 0.87 < float(np.abs(mono).max()) < 0.93

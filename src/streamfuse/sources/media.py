@@ -444,7 +444,7 @@ class MediaSource(Source):
             return
         fps = self.fps or 30.0
         self.audio_clock = DriftEstimator()
-        resampler = av.AudioResampler(format="flt", layout="mono", rate=AUDIO_SAMPLE_RATE_HZ)
+        to_mono = MonoResampler()
         carry = np.zeros(0, dtype=np.float32)
         audio_t0: float | None = None
         n_samples = 0
@@ -481,8 +481,7 @@ class MediaSource(Source):
                                 audio_t0 + n_samples / AUDIO_SAMPLE_RATE_HZ + queued,
                                 self._media_t(decoded.time),
                             )
-                        for out in resampler.resample(decoded):
-                            carry = np.concatenate([carry, out.to_ndarray().reshape(-1)])
+                        carry = np.concatenate([carry, to_mono(decoded)])
                         while len(carry) >= self.window_samples:
                             win, carry = carry[: self.window_samples], carry[self.window_samples :]
                             yield self._window(win, audio_t0, n_samples)
@@ -504,8 +503,7 @@ class MediaSource(Source):
                 "(truncated or corrupt)"
             )
         if self.has_audio and audio_t0 is not None:
-            for out in resampler.resample(None):
-                carry = np.concatenate([carry, out.to_ndarray().reshape(-1)])
+            carry = np.concatenate([carry, to_mono(None)])
             if len(carry):
                 win = np.pad(carry, (0, self.window_samples - len(carry) % self.window_samples))
                 for i in range(0, len(win), self.window_samples):
@@ -613,6 +611,25 @@ def _stream_end_s(stream: Any) -> float | None:
 
 def _t_end(frame: Frame) -> float:
     return float(getattr(frame, "t_end", frame.t_media))
+
+
+class MonoResampler:
+    """Audio frames -> 16 kHz mono float32, the channels averaged.
+
+    FFmpeg's own downmix to mono adds the channels at -3 dB each: a microphone recorded as two
+    identical channels (browsers record so) comes out 1.41x louder and clips, which cost the
+    recognizer ~7 WER points on browser audio.
+    """
+
+    def __init__(self) -> None:
+        self._resampler = av.AudioResampler(format="fltp", rate=AUDIO_SAMPLE_RATE_HZ)
+
+    def __call__(self, frame: av.AudioFrame | None) -> np.ndarray:
+        """The samples `frame` completes (None: flush the resampler's tail)."""
+        planes = [out.to_ndarray() for out in self._resampler.resample(frame)]
+        if not planes:
+            return np.zeros(0, dtype=np.float32)
+        return np.concatenate([p.mean(axis=0) for p in planes]).astype(np.float32, copy=False)
 
 
 def _with_arrival(frame: Frame, wall: float) -> Frame:
