@@ -456,6 +456,17 @@ def serve(
     idle_timeout_s: Annotated[
         float, typer.Option(help="End a live session after this long without input.")
     ] = 30.0,
+    session_queue: Annotated[
+        int,
+        typer.Option(help="Results a subscriber may fall behind before it is disconnected."),
+    ] = 1024,
+    ask: Annotated[
+        str | None,
+        typer.Option(
+            help="Standing question the language model answers in every session (a session "
+            "may set its own; default: no language model)."
+        ),
+    ] = None,
     metrics_public: Annotated[
         bool, typer.Option("--metrics-public", help="Serve /metrics without the token.")
     ] = False,
@@ -481,6 +492,7 @@ def serve(
             realtime=True,
             asr_config={"model": asr_model},
             telemetry=_telemetry_options(otlp, None, trace_ratio),
+            lm={"ask": ask} if ask else None,
         )
         options: dict[str, Any] = {"token": token} if token else {}
         config = ServeConfig(
@@ -489,6 +501,7 @@ def serve(
             max_sessions=max_sessions,
             max_message_bytes=max_message_bytes,
             idle_timeout_s=idle_timeout_s,
+            session_queue=session_queue,
             metrics_public=metrics_public,
             allow_files=files,
             job=job,
