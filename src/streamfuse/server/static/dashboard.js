@@ -276,9 +276,8 @@
       const ask = $("ask").value.trim();
       const session = await api("POST", "/api/sessions", { input: null, ask: ask || null, stream_id: "cam" });
       watch(session.id);
-      // Record once the session's models are loaded: media sent earlier would only queue up
-      // and reach the recognizers as one backlog.
-      await waitUntilRunning(session.id);
+      // Recording starts at once: the session loads its models as it is created, and what is
+      // sent before they are ready waits in its input rather than being lost.
       setMode("live", "live");
       await openMedia(session.id);
       startRecorder();
@@ -286,17 +285,6 @@
       stopTracks();
       setMode("error", "error");
       showError(`cannot start: ${e.message || e}`);
-    }
-  }
-
-  async function waitUntilRunning(id, timeoutMs = 120000) {
-    const deadline = performance.now() + timeoutMs;
-    for (;;) {
-      const info = await api("GET", `/api/sessions/${encodeURIComponent(id)}`);
-      if (info.status === "running") return;
-      if (info.status !== "starting") throw new Error(`session ${id} is ${info.status}${info.error ? `: ${info.error}` : ""}`);
-      if (performance.now() > deadline) throw new Error(`session ${id} did not start in ${timeoutMs / 1000} s`);
-      await new Promise((r) => setTimeout(r, 200));
     }
   }
 
