@@ -136,7 +136,15 @@ def ocr_cer(truth: Truth, events: Iterable[EventRecord | dict[str, Any]]) -> dic
         n_edits, n_chars = char_errors(" ".join(slide.lines), hyp)
         edits += n_edits
         chars += n_chars
-        per_slide.append({"t_start": slide.t_start, "cer": n_edits / max(1, n_chars), "hyp": hyp})
+        per_slide.append(
+            {
+                "t_start": slide.t_start,
+                "cer": n_edits / max(1, n_chars),
+                "hyp": hyp,
+                "edits": n_edits,
+                "chars": n_chars,
+            }
+        )
     return {"ocr_cer": edits / chars if chars else None, "ocr_slides": per_slide}
 
 

@@ -25,6 +25,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ from streamfuse.telemetry.metrics import ModelInfo, instruments
 from streamfuse.text import collapse_whitespace
 from streamfuse.vision.config import FixedPolicy, OcrConfig, VisionConfig
 from streamfuse.vision.frames import BBox, KeyFrame, clamp_box, clip_box
-from streamfuse.vision.layout import reading_order
+from streamfuse.vision.layout import CELL_SEPARATOR, LayoutLine, find_rules, layout
 from streamfuse.vision.policy import FixedResolution, OcrObservation, OcrPlan, ResolutionPolicy
 
 log = logging.getLogger(__name__)
@@ -314,6 +315,21 @@ def clean_lines(lines: Sequence[OcrLine], config: OcrConfig) -> list[OcrLine]:
     return out
 
 
+def join_lines(lines: Sequence[LayoutLine[OcrLine]]) -> list[OcrLine]:
+    """One `OcrLine` per layout line: boxes on one baseline joined by spaces, a table row's
+    cells joined by `CELL_SEPARATOR`; the confidence is the character-weighted mean."""
+    out = []
+    for line in lines:
+        if line.cells is None:
+            text = " ".join(it.text for it in line.items)
+        else:
+            text = CELL_SEPARATOR.join(" ".join(it.text for it in cell) for cell in line.cells)
+        weights = [max(1, len(it.text)) for it in line.items]
+        conf = sum(w * it.conf for w, it in zip(weights, line.items, strict=True)) / sum(weights)
+        out.append(OcrLine(text, line.box, conf))
+    return out
+
+
 def _center_inside(box: Box, roi: BBox) -> bool:
     cx, cy = (box[0] + box[2]) / 2, (box[1] + box[3]) / 2
     return roi[0] <= cx < roi[2] and roi[1] <= cy < roi[3]
@@ -396,9 +412,8 @@ class OcrStage(Stage):
             lines = [ln.shifted(roi[0], roi[1]) for ln in lines]
             if plan.carry_over:
                 lines += [ln for ln in state.lines if not _center_inside(ln.box, roi)]
-        lines = reading_order(
-            lines, row_overlap=self.config.row_overlap, column_gap=self.config.column_gap_px
-        )
+        rules = partial(find_rules, frame.image) if self.config.tables else None
+        lines = join_lines(layout(lines, self.config.layout(), rules))
         state.reads += 1
         mean_conf = float(np.mean([ln.conf for ln in lines])) if lines else None
         self.policy.observe(
@@ -456,6 +471,7 @@ __all__ = [
     "OcrStage",
     "RapidOcrEngine",
     "clean_lines",
+    "join_lines",
     "normalize_text",
     "same_text_state",
 ]
