@@ -338,6 +338,13 @@ def dev_slides() -> list[HardSlide]:
             (16, 16, 20),
             (
                 _tb(["Field recording"], "dejavu-sans-bold", 44, (240, 240, 240), 90, 40),
+                # The photo is the left column: its banner (caption, credit) is read first.
+                Photo(
+                    (90, 130, 790, 600),
+                    seed=11,
+                    text=("Harbour crane at dusk", "Photo: city archive, 2019"),
+                    size_px=30,
+                ),
                 _tb(
                     ["Wind noise", "Camera shake", "Low light"],
                     "dejavu-sans",
@@ -346,8 +353,6 @@ def dev_slides() -> list[HardSlide]:
                     840,
                     200,
                 ),
-                Photo((90, 130, 790, 600), seed=11, text=("Harbour crane at dusk",), size_px=34),
-                _tb(["Photo: city archive, 2019"], "dejavu-sans", 16, (170, 170, 170), 90, 625),
             ),
         ),
         HardSlide(

@@ -213,6 +213,11 @@ def _gap_below(upper: Sequence[HasBox], lower: Sequence[HasBox]) -> float:
     return min(it.box[1] for it in lower) - max(it.box[3] for it in upper)
 
 
+def _middle(row: Sequence[HasBox]) -> float:
+    mids = sorted((it.box[1] + it.box[3]) / 2 for it in row)
+    return mids[len(mids) // 2]
+
+
 def _median_height(items: Sequence[HasBox]) -> float:
     heights = sorted(max(1.0, it.box[3] - it.box[1]) for it in items)
     return heights[len(heights) // 2]
@@ -372,8 +377,10 @@ def _separated(
     x1 = max(it.box[2] for row in run for it in row)
     need = rule_span * (x1 - x0)
     for upper, lower in zip(run, run[1:], strict=False):
-        top = max(it.box[3] for it in upper) - 2
-        bottom = min(it.box[1] for it in lower) + 2
+        # Between the rows' middles: a detector reading a small picture pads its boxes, so
+        # the boxes of neighbouring rows can overlap the separator (and each other).
+        top = _middle(upper)
+        bottom = _middle(lower)
         for y, a, b in rules.horizontal:
             if top <= y <= bottom and min(b, x1) - max(a, x0) >= need:
                 return True
