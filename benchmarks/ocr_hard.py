@@ -8,6 +8,7 @@ no speech recognition runs), at live speed unless `--offline`. Each clip is scor
 " | ": docs/ocr-layout.md); the aggregate is total edits / total truth characters per split.
 
     python benchmarks/ocr_hard.py [--split dev|heldout|all] [--offline] [--fixed-side PX]
+                                  [--ocr FIELD=JSON ...]
 
 Prints one row per slide (item, slide, CER, what was read where it differs) and one per split,
 then one JSON line: {"<split>": {"ocr_cer": ..., "edits": ..., "chars": ..., "slides": {name:
@@ -31,14 +32,16 @@ SET_DIR = ROOT / "assets" / "eval" / "ocr"
 log = logging.getLogger("bench.ocr_hard")
 
 
-async def run_clip(clip: Path, *, realtime: bool, fixed_side: int | None) -> list[dict[str, Any]]:
+async def run_clip(
+    clip: Path, *, realtime: bool, fixed_side: int | None, ocr: dict[str, Any]
+) -> list[dict[str, Any]]:
     from streamfuse.app import StreamfuseConfig, build_pipeline, run_job
     from streamfuse.sinks import CollectSink
-    from streamfuse.vision import FixedPolicy, VisionConfig
+    from streamfuse.vision import FixedPolicy, OcrConfig, VisionConfig
 
-    vision = VisionConfig()
+    vision = VisionConfig(ocr=OcrConfig(**ocr))
     if fixed_side is not None:
-        vision = VisionConfig(policy=FixedPolicy(det_max_side_px=fixed_side))
+        vision = VisionConfig(ocr=OcrConfig(**ocr), policy=FixedPolicy(det_max_side_px=fixed_side))
     config = StreamfuseConfig(realtime=realtime, asr=False, vision=vision)
     sink = CollectSink()
     job = await build_pipeline([str(clip)], config, [sink])
@@ -47,7 +50,7 @@ async def run_clip(clip: Path, *, realtime: bool, fixed_side: int | None) -> lis
 
 
 def score_split(
-    split: str, *, realtime: bool, fixed_side: int | None, verbose: bool
+    split: str, *, realtime: bool, fixed_side: int | None, ocr: dict[str, Any], verbose: bool
 ) -> dict[str, Any]:
     from streamfuse.evaluation import load_truth, ocr_cer
 
@@ -63,7 +66,7 @@ def score_split(
         names = [
             s.get("name", str(i)) for i, s in enumerate(json.loads(truth_path.read_text())["ocr"])
         ]
-        records = asyncio.run(run_clip(clip, realtime=realtime, fixed_side=fixed_side))
+        records = asyncio.run(run_clip(clip, realtime=realtime, fixed_side=fixed_side, ocr=ocr))
         result = ocr_cer(truth, records)
         for name, slide, row in zip(names, truth.ocr, result["ocr_slides"], strict=True):
             edits += row["edits"]
@@ -85,17 +88,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--offline", action="store_true", help="as fast as possible, not live")
     parser.add_argument("--fixed-side", type=int, help="fixed policy at this detector side")
     parser.add_argument("--verbose", "-v", action="store_true", help="print every reading")
+    parser.add_argument(
+        "--ocr",
+        action="append",
+        default=[],
+        metavar="FIELD=JSON",
+        help="override an OcrConfig field, e.g. min_text_px=null tables=false (ablations)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     for noisy in ("RapidOCR", "onnxruntime"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    ocr = {k: json.loads(v) for k, v in (o.split("=", 1) for o in args.ocr)}
     out: dict[str, Any] = {}
     for split in ("dev", "heldout") if args.split == "all" else (args.split,):
         out[split] = score_split(
-            split, realtime=not args.offline, fixed_side=args.fixed_side, verbose=args.verbose
+            split,
+            realtime=not args.offline,
+            fixed_side=args.fixed_side,
+            ocr=ocr,
+            verbose=args.verbose,
         )
     out["mode"] = "offline" if args.offline else "live"
     out["policy"] = "dynamic" if args.fixed_side is None else f"fixed:{args.fixed_side}"
+    out["ocr"] = ocr
     print(json.dumps(out))
     return 0
 

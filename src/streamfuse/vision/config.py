@@ -196,6 +196,34 @@ class OcrConfig(BaseModel):
         description="An empty band at least this many median text heights high sets the top "
         "row (a title) or the bottom row (a footer) apart from a column layout (reading order).",
     )
+    min_text_px: float | None = Field(
+        7.0,
+        gt=0.0,
+        le=64.0,
+        description="Rung floor: the detector side is raised (up to the frame's own size) "
+        "until the smallest text line found on the picture (`vision.textsize`, a direct "
+        "estimate from glyph strokes) is at least this many pixels high at the detector's "
+        "input, whatever the policy chose. On the dev set a 14 px footer vanished below 5.6 "
+        "px. None: no floor.",
+    )
+    reread_below_conf: float | None = Field(
+        0.9,
+        ge=0.0,
+        le=1.0,
+        description="A line read below this confidence at a reduced detector scale is read "
+        "again from a crop around it at full resolution, and replaced when the new reading is "
+        "surer. None: never.",
+    )
+    max_rereads: int = Field(
+        4, ge=0, le=64, description="At most this many low-confidence lines re-read per frame."
+    )
+    stray_glyph_height_ratio: float = Field(
+        3.0,
+        gt=1.0,
+        le=50.0,
+        description="A short line (`short_line_chars`) more than this many times taller than "
+        "the median line is dropped: a letter read into a picture.",
+    )
     tables: bool = Field(
         True,
         description="Read tables row by row, cells in column order joined by ' | ': aligned "

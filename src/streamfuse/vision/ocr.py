@@ -44,8 +44,15 @@ from streamfuse.telemetry.metrics import ModelInfo, instruments
 from streamfuse.text import collapse_whitespace
 from streamfuse.vision.config import FixedPolicy, OcrConfig, VisionConfig
 from streamfuse.vision.frames import BBox, KeyFrame, clamp_box, clip_box
-from streamfuse.vision.layout import CELL_SEPARATOR, LayoutLine, find_rules, layout
+from streamfuse.vision.layout import (
+    CELL_SEPARATOR,
+    LayoutLine,
+    RulesSource,
+    find_rules,
+    layout,
+)
 from streamfuse.vision.policy import FixedResolution, OcrObservation, OcrPlan, ResolutionPolicy
+from streamfuse.vision.textsize import floor_side_px, smallest_text_height_px
 
 log = logging.getLogger(__name__)
 
@@ -324,10 +331,29 @@ def join_lines(lines: Sequence[LayoutLine[OcrLine]]) -> list[OcrLine]:
             text = " ".join(it.text for it in line.items)
         else:
             text = CELL_SEPARATOR.join(" ".join(it.text for it in cell) for cell in line.cells)
-        weights = [max(1, len(it.text)) for it in line.items]
-        conf = sum(w * it.conf for w, it in zip(weights, line.items, strict=True)) / sum(weights)
-        out.append(OcrLine(text, line.box, conf))
+        out.append(OcrLine(text, line.box, _weighted_conf(line.items)))
     return out
+
+
+def _weighted_conf(lines: Sequence[OcrLine]) -> float:
+    """Mean confidence weighted by characters (the recognizer's score is a per-line mean)."""
+    weights = [max(1, len(ln.text)) for ln in lines]
+    return sum(w * ln.conf for w, ln in zip(weights, lines, strict=True)) / sum(weights)
+
+
+def drop_stray_glyphs(lines: Sequence[OcrLine], config: OcrConfig) -> list[OcrLine]:
+    """Drop short lines (see `OcrConfig.short_line_chars`) much taller than the text around
+    them: the recognizer reading a letter into a picture region, not a giant letter."""
+    if len(lines) < 2:
+        return list(lines)
+    heights = sorted(ln.box[3] - ln.box[1] for ln in lines)
+    median = heights[len(heights) // 2]
+    limit = config.stray_glyph_height_ratio * median
+    return [
+        ln
+        for ln in lines
+        if len(ln.text.replace(" ", "")) > config.short_line_chars or ln.box[3] - ln.box[1] <= limit
+    ]
 
 
 def _center_inside(box: Box, roi: BBox) -> bool:
@@ -386,6 +412,70 @@ class OcrStage(Stage):
     def model_info(self) -> ModelInfo | None:
         return self.engine.model_info()
 
+    def _read(
+        self, image: np.ndarray, frame_wh: tuple[int, int], scale: float
+    ) -> tuple[OcrReading, float, int]:
+        """Read `image` (the frame or a region of it) at `scale` detector pixels per frame
+        pixel, raised to the rung floor the smallest text needs; then read its low-confidence
+        lines again at full resolution. Returns the reading, the scale and detector side used.
+        (Runs on the worker thread.)"""
+        c = self.config
+        long_side = max(frame_wh)
+        if c.min_text_px is not None and scale < 1.0:
+            floor = floor_side_px(
+                smallest_text_height_px(image), long_side, min_text_px=c.min_text_px
+            )
+            if floor is not None and floor > scale * long_side:
+                scale = min(1.0, floor / long_side)
+        det_side = max(32, round(max(image.shape[:2]) * scale))
+        reading = self.engine.read(image, det_side)
+        if c.reread_below_conf is not None and scale < 1.0:
+            reading = self._reread(image, reading)
+        return reading, scale, det_side
+
+    def _reread(self, image: np.ndarray, reading: OcrReading) -> OcrReading:
+        """Each low-confidence line read again from a crop around it at full resolution (at
+        a low rung the detector cuts a small line short or splits it); the new lines replace
+        it when they are surer."""
+        c = self.config
+        low = sorted(
+            (ln for ln in reading.lines if c.min_conf <= ln.conf < (c.reread_below_conf or 0)),
+            key=lambda ln: ln.conf,
+        )[: c.max_rereads]
+        if not low:
+            return reading
+        h_img, w_img = image.shape[:2]
+        lines = list(reading.lines)
+        ocr_ms = reading.ocr_ms
+        for ln in low:
+            x0, y0, x1, y1 = ln.box
+            pad = y1 - y0
+            cx0, cy0 = max(0, int(x0 - pad)), max(0, int(y0 - pad / 2))
+            cx1, cy1 = min(w_img, int(x1 + pad) + 1), min(h_img, int(y1 + pad / 2) + 1)
+            crop = image[cy0:cy1, cx0:cx1]
+            if crop.shape[0] < 8 or crop.shape[1] < 8:
+                continue
+            again = self.engine.read(crop, max(crop.shape[:2]))
+            ocr_ms += again.ocr_ms
+            # Only what lies on this line: the crop's margins may catch its neighbours.
+            new = [
+                n.shifted(cx0, cy0)
+                for n in again.lines
+                if y0 <= cy0 + (n.box[1] + n.box[3]) / 2 <= y1
+                and x0 <= cx0 + (n.box[0] + n.box[2]) / 2 <= x1
+            ]
+            if new and _weighted_conf(new) > ln.conf:
+                i = lines.index(ln)
+                lines[i : i + 1] = new
+        return OcrReading(tuple(lines), reading.resolution, ocr_ms)
+
+    def _arrange(self, lines: list[OcrLine], rules: RulesSource | None) -> list[OcrLine]:
+        """Lines in reading order, one per baseline or table row (worker thread: the table
+        check looks at the picture)."""
+        return join_lines(
+            layout(drop_stray_glyphs(lines, self.config), self.config.layout(), rules)
+        )
+
     async def process(self, frame: Frame) -> AsyncIterator[Frame]:
         assert isinstance(frame, KeyFrame)
         state = self._streams.setdefault(frame.stream_id, _StreamText())
@@ -405,15 +495,14 @@ class OcrStage(Stage):
         # The plan's resolution is for the whole frame; a ROI is read at the same scale, so a
         # smaller region costs proportionally less detector work.
         scale = min(1.0, plan.det_max_side_px / max(w, h))
-        det_side = max(32, round(max(roi[2] - roi[0], roi[3] - roi[1]) * scale))
-        reading = await self.run_blocking(self.engine.read, image, det_side)
+        reading, scale, det_side = await self.run_blocking(self._read, image, (w, h), scale)
         lines = clean_lines(reading.lines, self.config)
         if not full:
             lines = [ln.shifted(roi[0], roi[1]) for ln in lines]
             if plan.carry_over:
                 lines += [ln for ln in state.lines if not _center_inside(ln.box, roi)]
         rules = partial(find_rules, frame.image) if self.config.tables else None
-        lines = join_lines(layout(lines, self.config.layout(), rules))
+        lines = await self.run_blocking(self._arrange, lines, rules)
         state.reads += 1
         mean_conf = float(np.mean([ln.conf for ln in lines])) if lines else None
         self.policy.observe(
@@ -471,6 +560,7 @@ __all__ = [
     "OcrStage",
     "RapidOcrEngine",
     "clean_lines",
+    "drop_stray_glyphs",
     "join_lines",
     "normalize_text",
     "same_text_state",
