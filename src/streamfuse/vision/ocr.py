@@ -434,9 +434,10 @@ class OcrStage(Stage):
         return reading, scale, det_side
 
     def _reread(self, image: np.ndarray, reading: OcrReading) -> OcrReading:
-        """Each low-confidence line read again from a crop around it at full resolution (at
-        a low rung the detector cuts a small line short or splits it); the new lines replace
-        it when they are surer."""
+        """Each low-confidence line read again at full resolution from the strip of the image
+        around it (full width: at a low rung the detector cuts a small line short or splits
+        it, so its box may miss the rest of it). The new lines on that line replace it, and
+        any other box they cover, when they are surer."""
         c = self.config
         low = sorted(
             (ln for ln in reading.lines if c.min_conf <= ln.conf < (c.reread_below_conf or 0)),
@@ -444,29 +445,41 @@ class OcrStage(Stage):
         )[: c.max_rereads]
         if not low:
             return reading
-        h_img, w_img = image.shape[:2]
+        h_img = image.shape[0]
         lines = list(reading.lines)
         ocr_ms = reading.ocr_ms
         for ln in low:
-            x0, y0, x1, y1 = ln.box
-            pad = y1 - y0
-            cx0, cy0 = max(0, int(x0 - pad)), max(0, int(y0 - pad / 2))
-            cx1, cy1 = min(w_img, int(x1 + pad) + 1), min(h_img, int(y1 + pad / 2) + 1)
-            crop = image[cy0:cy1, cx0:cx1]
-            if crop.shape[0] < 8 or crop.shape[1] < 8:
+            if ln not in lines:  # replaced already by an earlier re-read
                 continue
-            again = self.engine.read(crop, max(crop.shape[:2]))
+            x0, y0, x1, y1 = ln.box
+            pad = (y1 - y0) / 2
+            top, bottom = max(0, int(y0 - pad)), min(h_img, int(y1 + pad) + 1)
+            strip = image[top:bottom]
+            if strip.shape[0] < 8:
+                continue
+            again = self.engine.read(strip, max(strip.shape[:2]))
             ocr_ms += again.ocr_ms
-            # Only what lies on this line: the crop's margins may catch its neighbours.
+            # Only what lies on this line and overlaps it: the strip holds its neighbours too.
             new = [
-                n.shifted(cx0, cy0)
+                n.shifted(0, top)
                 for n in again.lines
-                if y0 <= cy0 + (n.box[1] + n.box[3]) / 2 <= y1
-                and x0 <= cx0 + (n.box[0] + n.box[2]) / 2 <= x1
+                if y0 <= top + (n.box[1] + n.box[3]) / 2 <= y1 and n.box[0] < x1 and n.box[2] > x0
             ]
-            if new and _weighted_conf(new) > ln.conf:
-                i = lines.index(ln)
-                lines[i : i + 1] = new
+            if not new or _weighted_conf(new) <= ln.conf:
+                continue
+            nx0, nx1 = min(n.box[0] for n in new), max(n.box[2] for n in new)
+            covered = [
+                o
+                for o in lines
+                if o is ln
+                or (
+                    y0 <= (o.box[1] + o.box[3]) / 2 <= y1
+                    and min(o.box[2], nx1) - max(o.box[0], nx0) > 0.5 * (o.box[2] - o.box[0])
+                )
+            ]
+            at = min(lines.index(o) for o in covered)
+            lines = [o for o in lines if all(o is not x for x in covered)]
+            lines[at:at] = new
         return OcrReading(tuple(lines), reading.resolution, ocr_ms)
 
     def _arrange(self, lines: list[OcrLine], rules: RulesSource | None) -> list[OcrLine]:
