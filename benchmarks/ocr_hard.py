@@ -53,6 +53,7 @@ def score_split(
     split: str, *, realtime: bool, fixed_side: int | None, ocr: dict[str, Any], verbose: bool
 ) -> dict[str, Any]:
     from streamfuse.evaluation import load_truth, ocr_cer
+    from streamfuse.text import char_errors
 
     folder = SET_DIR / split
     clips = sorted(folder.glob("*.mp4"))
@@ -69,6 +70,8 @@ def score_split(
         records = asyncio.run(run_clip(clip, realtime=realtime, fixed_side=fixed_side, ocr=ocr))
         result = ocr_cer(truth, records)
         for name, slide, row in zip(names, truth.ocr, result["ocr_slides"], strict=True):
+            if "edits" not in row:  # an older streamfuse (comparing with the code before)
+                row["edits"], row["chars"] = char_errors(" ".join(slide.lines), row["hyp"])
             edits += row["edits"]
             chars += row["chars"]
             slides[name] = round(row["cer"], 4)

@@ -102,7 +102,7 @@ class _Unit(Generic[T]):
 def layout(
     items: Sequence[T],
     config: LayoutConfig | None = None,
-    rules: RulesSource = None,
+    rules: RulesSource | None = None,
 ) -> list[LayoutLine[T]]:
     """The lines of `items` (boxes x0, y0, x1, y1) in reading order; `rules`: the picture's
     drawn separators (None: no table is detected)."""
@@ -120,7 +120,9 @@ def layout(
             cells = _assign(rows[r], columns, cfg.cell_gap)
             y0 = min(it.box[1] for it in rows[r])
             y1 = max(it.box[3] for it in rows[r])
-            units.append(_Unit((extent[0], y0, extent[2], y1), _sorted_x(rows[r]), tuple(cells)))
+            units.append(
+                _Unit((extent[0], y0, extent[2], y1), tuple(_sorted_x(rows[r])), tuple(cells))
+            )
             in_table.add(r)
     for r, row in enumerate(rows):
         if r not in in_table:
@@ -330,7 +332,7 @@ def _assign(
 
 
 def _find_tables(
-    rows: list[list[T]], cfg: LayoutConfig, rules: RulesSource
+    rows: list[list[T]], cfg: LayoutConfig, rules: RulesSource | None
 ) -> list[tuple[int, int, list[tuple[float, float]]]]:
     """(first row, last row, column intervals) of each table, top to bottom."""
     multi = [len(_cells(row, cfg.cell_gap)) >= 2 for row in rows]
@@ -352,7 +354,7 @@ def _find_tables(
     for first, last in runs:
         run = rows[first : last + 1]
         x0, y0, x1, y1 = _union([it.box for row in run for it in row])
-        pad = _median_height(_flat(run))
+        pad = _median_height([it for row in run for it in row])
         found = rules((x0 - pad, y0 - pad, x1 + pad, y1 + pad)) if callable(rules) else rules
         columns = _columns(run, cfg.cell_gap)
         if len(columns) < 2:
@@ -419,8 +421,8 @@ def find_rules(
     grey = crop if crop.ndim == 2 else cv2.cvtColor(crop, cv2.COLOR_RGB2GRAY)
     h, w = grey.shape
     # Two-pixel steps: a compressed video blurs a sharp edge over two rows or columns.
-    horiz = np.zeros((h, w), np.uint8)
-    vert = np.zeros((h, w), np.uint8)
+    horiz: np.ndarray = np.zeros((h, w), np.uint8)
+    vert: np.ndarray = np.zeros((h, w), np.uint8)
     horiz[1:-1] = cv2.absdiff(grey[2:], grey[:-2]) >= min_step
     vert[:, 1:-1] = cv2.absdiff(grey[:, 2:], grey[:, :-2]) >= min_step
     lh = max(8, round(min_len_px if min_len_px is not None else 0.1 * w_img))
