@@ -338,13 +338,8 @@ def dev_slides() -> list[HardSlide]:
             (16, 16, 20),
             (
                 _tb(["Field recording"], "dejavu-sans-bold", 44, (240, 240, 240), 90, 40),
-                # The photo is the left column: its banner (caption, credit) is read first.
-                Photo(
-                    (90, 130, 790, 600),
-                    seed=11,
-                    text=("Harbour crane at dusk", "Photo: city archive, 2019"),
-                    size_px=30,
-                ),
+                # The list (top right) lies above the photo's banner (bottom left): text that
+                # does not share its heights is read top down (docs/ocr-layout.md).
                 _tb(
                     ["Wind noise", "Camera shake", "Low light"],
                     "dejavu-sans",
@@ -352,6 +347,12 @@ def dev_slides() -> list[HardSlide]:
                     (220, 220, 220),
                     840,
                     200,
+                ),
+                Photo(
+                    (90, 130, 790, 600),
+                    seed=11,
+                    text=("Harbour crane at dusk", "Photo: city archive, 2019"),
+                    size_px=30,
                 ),
             ),
         ),
@@ -463,6 +464,32 @@ def dev_slides() -> list[HardSlide]:
                     640,
                     640,
                     "center",
+                ),
+            ),
+        ),
+        HardSlide(
+            "small_print_light",
+            WHITE,
+            (
+                _tb(["Related work"], "liberation-sans-bold", 46, INK, 90, 50),
+                _tb(
+                    ["Streaming speech models", "Layout analysis of slides"],
+                    "liberation-sans",
+                    30,
+                    (40, 40, 40),
+                    90,
+                    160,
+                ),
+                _tb(
+                    [
+                        "Smith and Lee 2021, Proceedings of the Speech Workshop, pages 112 to 119",
+                        "Garcia et al. 2023, Journal of Document Analysis, volume 8",
+                    ],
+                    "liberation-sans",
+                    12,
+                    (70, 70, 70),
+                    90,
+                    620,
                 ),
             ),
         ),
@@ -693,6 +720,33 @@ def heldout_slides() -> list[HardSlide]:
                 _tb(["Thermal sensor"], "liberation-sans", 20, (220, 240, 225), 860, 460),
             ),
         ),
+        HardSlide(
+            "small_print_dark",
+            (40, 40, 46),
+            (
+                _tb(["Next steps"], "dejavu-serif-bold", 48, (240, 240, 240), 1190, 50, "right"),
+                _tb(
+                    ["Test on real lectures", "Publish the data set"],
+                    "dejavu-serif",
+                    30,
+                    (225, 225, 225),
+                    1190,
+                    170,
+                    "right",
+                ),
+                _tb(
+                    [
+                        "All figures are preliminary and subject to change",
+                        "Licensed under a Creative Commons license, version 4.0",
+                    ],
+                    "dejavu-serif-condensed",
+                    12,
+                    (190, 190, 195),
+                    80,
+                    630,
+                ),
+            ),
+        ),
     ]
 
 
@@ -765,7 +819,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("assets/eval/ocr"))
     parser.add_argument("--split", choices=[*SPLITS, "all"], default="all")
     parser.add_argument("--slide-s", type=float, default=4.0, help="seconds each slide shows")
-    parser.add_argument("--per-item", type=int, default=4, help="slides per clip")
+    parser.add_argument("--per-item", type=int, default=3, help="slides per clip")
     parser.add_argument("--crf", type=int, default=20, help="x264 constant rate factor")
     parser.add_argument("--png-dir", type=Path, help="also save every slide as PNG here")
     args = parser.parse_args(argv)

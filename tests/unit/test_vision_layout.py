@@ -350,3 +350,18 @@ def test_table_rows_are_scored_strictly_with_their_separators() -> None:
     assert score(["Decoder 1.5 GB", "Encoder 820 MB"])["edits"] == 4
     column_order = score(["Decoder", "Encoder", "1.5 GB", "820 MB"])
     assert column_order["chars"] == 33 and column_order["cer"] > 0.3
+
+
+def test_text_high_on_one_side_and_low_on_the_other_is_read_top_down() -> None:
+    # A list at the top right, small print at the bottom left: not two columns side by side.
+    lines = [
+        line("Next steps", 897, 49, 1197, 110),
+        line("Test on real lectures", 871, 163, 1197, 209),
+        line("Publish the data set", 878, 208, 1199, 251),
+        line("All figures are preliminary", 75, 628, 352, 648),
+        line("Licensed under CC BY 4.0", 75, 645, 395, 664),
+    ]
+    image = blank()
+    assert read_text(OcrStage(engine=SceneEngine(image, shuffled(lines))), image) == [
+        ln.text for ln in lines
+    ]

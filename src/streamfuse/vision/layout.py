@@ -274,6 +274,12 @@ def _split_columns(
     rows_right = sum(1 for row in rows if any(it.box[0] >= cut for it in row))
     if rows_left < 2 or rows_right < 2:
         return None
+    # Columns stand side by side: text on the left and text on the right that do not share
+    # their heights (a caption low on one side, a list high on the other) are read top down.
+    ly0, ly1 = min(it.box[1] for it in left), max(it.box[3] for it in left)
+    ry0, ry1 = min(it.box[1] for it in right), max(it.box[3] for it in right)
+    if min(ly1, ry1) - max(ly0, ry0) < 0.5 * min(ly1 - ly0, ry1 - ry0):
+        return None
     return [left, right]
 
 
