@@ -64,6 +64,8 @@ class LayoutLine(Generic[T]):
 
     items: tuple[T, ...]
     cells: tuple[tuple[T, ...], ...] | None = None
+    #: A table row's column intervals (x0, x1), the same for every row of its table.
+    columns: tuple[tuple[float, float], ...] | None = None
 
     @property
     def is_table_row(self) -> bool:
@@ -97,6 +99,7 @@ class _Unit(Generic[T]):
     box: tuple[float, float, float, float]
     items: tuple[T, ...]
     cells: tuple[tuple[T, ...], ...] | None = None
+    columns: tuple[tuple[float, float], ...] | None = None
 
 
 def layout(
@@ -121,7 +124,12 @@ def layout(
             y0 = min(it.box[1] for it in rows[r])
             y1 = max(it.box[3] for it in rows[r])
             units.append(
-                _Unit((extent[0], y0, extent[2], y1), tuple(_sorted_x(rows[r])), tuple(cells))
+                _Unit(
+                    (extent[0], y0, extent[2], y1),
+                    tuple(_sorted_x(rows[r])),
+                    tuple(cells),
+                    tuple(columns),
+                )
             )
             in_table.add(r)
     for r, row in enumerate(rows):
@@ -136,7 +144,7 @@ def layout(
                 if plain:
                     out.append(LayoutLine(tuple(plain)))
                     plain = []
-                out.append(LayoutLine(u.items, u.cells))
+                out.append(LayoutLine(u.items, u.cells, u.columns))
             else:
                 plain.extend(u.items)
         if plain:

@@ -22,6 +22,7 @@ import json
 import logging
 import re
 import time
+import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +48,6 @@ from streamfuse.vision.frames import BBox, KeyFrame, clamp_box, clip_box
 from streamfuse.vision.layout import (
     CELL_SEPARATOR,
     LayoutLine,
-    RulesSource,
     find_rules,
     layout,
 )
@@ -307,10 +307,11 @@ def same_text_state(
 
 
 def clean_lines(lines: Sequence[OcrLine], config: OcrConfig) -> list[OcrLine]:
-    """Drop junk: empty text, low confidence, specks, unsure one- or two-glyph lines."""
+    """Drop junk: empty text, low confidence, specks, unsure one- or two-glyph lines. Text is
+    NFKC-normalized (the recognizer sometimes writes full-width forms: "％" for "%")."""
     out = []
     for line in lines:
-        text = collapse_whitespace(line.text)
+        text = collapse_whitespace(unicodedata.normalize("NFKC", line.text))
         if not text or line.conf < config.min_conf:
             continue
         n_chars = len(text) - text.count(" ")
@@ -482,12 +483,66 @@ class OcrStage(Stage):
             lines[at:at] = new
         return OcrReading(tuple(lines), reading.resolution, ocr_ms)
 
-    def _arrange(self, lines: list[OcrLine], rules: RulesSource | None) -> list[OcrLine]:
-        """Lines in reading order, one per baseline or table row (worker thread: the table
-        check looks at the picture)."""
-        return join_lines(
-            layout(drop_stray_glyphs(lines, self.config), self.config.layout(), rules)
-        )
+    def _arrange(self, lines: list[OcrLine], image: np.ndarray, tables: bool) -> list[OcrLine]:
+        """Lines in reading order, one per baseline or table row; a table's empty cells read
+        again (worker thread: the table check and the re-read look at the frame `image`)."""
+        rules = partial(find_rules, image) if tables else None
+        arranged = layout(drop_stray_glyphs(lines, self.config), self.config.layout(), rules)
+        return join_lines(self._fill_empty_cells(image, arranged))
+
+    def _fill_empty_cells(
+        self, image: np.ndarray, lines: list[LayoutLine[OcrLine]]
+    ) -> list[LayoutLine[OcrLine]]:
+        """A table cell left empty in a column that at least two other rows fill is read again
+        from a crop of that cell at full resolution: short cells ("3 %") are the ones the
+        detector misses or the short-line filter drops, and the table says text belongs there.
+        What the crop holds is kept at `min_conf`, without the short-line rule."""
+        c = self.config
+        budget = c.max_rereads
+        h_img, w_img = image.shape[:2]
+        out = []
+        for ln in lines:
+            if ln.cells is None or ln.columns is None or budget <= 0 or all(ln.cells):
+                out.append(ln)
+                continue
+            table = [o for o in lines if o.columns == ln.columns and o is not ln and o.cells]
+            cells = list(ln.cells)
+            found: list[OcrLine] = []
+            y0 = min(it.box[1] for it in ln.items)
+            y1 = max(it.box[3] for it in ln.items)
+            for k, cell in enumerate(ln.cells):
+                filled = sum(1 for o in table if o.cells and o.cells[k])
+                if cell or filled < 2 or budget <= 0:
+                    continue
+                budget -= 1
+                x0, x1 = ln.columns[k]
+                pad = (y1 - y0) / 2
+                left = ln.columns[k - 1][1] if k > 0 else x0 - 2 * pad
+                right = ln.columns[k + 1][0] if k + 1 < len(ln.columns) else x1 + 2 * pad
+                cx0, cx1 = max(0, int(left)), min(w_img, int(right) + 1)
+                cy0, cy1 = max(0, int(y0 - pad)), min(h_img, int(y1 + pad) + 1)
+                crop = image[cy0:cy1, cx0:cx1]
+                if crop.shape[0] < 8 or crop.shape[1] < 8:
+                    continue
+                again = self.engine.read(crop, max(crop.shape[:2]))
+                new = [
+                    OcrLine(unicodedata.normalize("NFKC", n.text).strip(), n.box, n.conf).shifted(
+                        cx0, cy0
+                    )
+                    for n in again.lines
+                    if n.conf >= c.min_conf
+                    and y0 <= cy0 + (n.box[1] + n.box[3]) / 2 <= y1
+                    and n.text.strip()
+                ]
+                if new:
+                    cells[k] = tuple(sorted(new, key=lambda n: n.box[0]))
+                    found.extend(new)
+            if found:
+                items = tuple(sorted((*ln.items, *found), key=lambda n: n.box[0]))
+                out.append(LayoutLine(items, tuple(cells), ln.columns))
+            else:
+                out.append(ln)
+        return out
 
     async def process(self, frame: Frame) -> AsyncIterator[Frame]:
         assert isinstance(frame, KeyFrame)
@@ -514,8 +569,7 @@ class OcrStage(Stage):
             lines = [ln.shifted(roi[0], roi[1]) for ln in lines]
             if plan.carry_over:
                 lines += [ln for ln in state.lines if not _center_inside(ln.box, roi)]
-        rules = partial(find_rules, frame.image) if self.config.tables else None
-        lines = await self.run_blocking(self._arrange, lines, rules)
+        lines = await self.run_blocking(self._arrange, lines, frame.image, self.config.tables)
         state.reads += 1
         mean_conf = float(np.mean([ln.conf for ln in lines])) if lines else None
         self.policy.observe(
