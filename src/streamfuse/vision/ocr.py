@@ -342,6 +342,16 @@ def _weighted_conf(lines: Sequence[OcrLine]) -> float:
     return sum(w * ln.conf for w, ln in zip(weights, lines, strict=True)) / sum(weights)
 
 
+def _without_overlaps(lines: Sequence[OcrLine]) -> list[OcrLine]:
+    """`lines` less each one whose box lies half or more inside a surer one's x-extent."""
+    kept: list[OcrLine] = []
+    for ln in sorted(lines, key=lambda n: -n.conf):
+        width = max(1.0, ln.box[2] - ln.box[0])
+        if all(min(ln.box[2], k.box[2]) - max(ln.box[0], k.box[0]) < 0.5 * width for k in kept):
+            kept.append(ln)
+    return kept
+
+
 def drop_stray_glyphs(lines: Sequence[OcrLine], config: OcrConfig) -> list[OcrLine]:
     """Drop short lines (see `OcrConfig.short_line_chars`) much taller than the text around
     them: the recognizer reading a letter into a picture region, not a giant letter."""
@@ -534,6 +544,8 @@ class OcrStage(Stage):
                     and y0 <= cy0 + (n.box[1] + n.box[3]) / 2 <= y1
                     and n.text.strip()
                 ]
+                # The crop may box one cell twice ("3%" and "%"): the surer of overlapping boxes.
+                new = _without_overlaps(new)
                 if new:
                     cells[k] = tuple(sorted(new, key=lambda n: n.box[0]))
                     found.extend(new)
