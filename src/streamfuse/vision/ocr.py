@@ -3,9 +3,12 @@
 `OcrStage` consumes `KeyFrame`s (link it with `OverloadPolicy.LATEST_ONLY` for live input: a
 newer key frame replaces a waiting one, so OCR never builds a backlog; `BLOCK` for offline runs
 that must read every slide). Per frame it asks its `ResolutionPolicy` for a plan (detector
-resolution, ROI, interval), runs the `OcrEngine` (rapidocr + onnxruntime by default) on its
-worker thread, drops junk lines, sorts the rest in reading order and emits an `ocr` EventFrame
-unless the text equals the last emitted state of the stream (tolerating small OCR noise).
+resolution, ROI, interval), raises the resolution to the floor the smallest text on the frame
+needs, runs the `OcrEngine` (rapidocr + onnxruntime by default) on its worker thread, re-reads
+low-confidence lines and empty table cells at full resolution, drops junk lines, arranges the
+rest into lines in reading order (`vision.layout`: one line per baseline, a table row's cells
+joined by " | ") and emits an `ocr` EventFrame unless the text equals the last emitted state of
+the stream (tolerating small OCR noise). docs/ocr-layout.md.
 
 Event fields: `lines` (`text`, `box` [x0, y0, x1, y1] in original frame pixels, `conf`), `text`
 (lines joined by newlines), `n_lines`, `resolution` [w, h] of the detector input, `scale`
