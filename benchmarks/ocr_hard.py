@@ -7,7 +7,7 @@ no speech recognition runs), at live speed unless `--offline`. Each clip is scor
 `streamfuse.evaluation.ocr_cer` (lines joined in reading order, a table row's cells joined by
 " | ": docs/ocr-layout.md); the aggregate is total edits / total truth characters per split.
 
-    python benchmarks/ocr_hard.py [--split dev|heldout|all] [--offline] [--fixed-side PX]
+    python benchmarks/ocr_hard.py [--split dev|heldout|fresh|all] [--offline] [--fixed-side PX]
                                   [--ocr FIELD=JSON ...]
 
 Prints one row per slide (item, slide, CER, what was read where it differs) and one per split,
@@ -87,7 +87,7 @@ def score_split(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--split", choices=["dev", "heldout", "all"], default="all")
+    parser.add_argument("--split", choices=["dev", "heldout", "fresh", "all"], default="all")
     parser.add_argument("--offline", action="store_true", help="as fast as possible, not live")
     parser.add_argument("--fixed-side", type=int, help="fixed policy at this detector side")
     parser.add_argument("--verbose", "-v", action="store_true", help="print every reading")
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.ERROR)
     ocr = {k: json.loads(v) for k, v in (o.split("=", 1) for o in args.ocr)}
     out: dict[str, Any] = {}
-    for split in ("dev", "heldout") if args.split == "all" else (args.split,):
+    for split in ("dev", "heldout", "fresh") if args.split == "all" else (args.split,):
         out[split] = score_split(
             split,
             realtime=not args.offline,

@@ -64,6 +64,7 @@ FONTS.update(
         "liberation-narrow-bold": "liberation/LiberationSansNarrow-Bold.ttf",
         "liberation-sans-italic": "liberation/LiberationSans-Italic.ttf",
         "liberation-serif-italic": "liberation/LiberationSerif-Italic.ttf",
+        "dejavu-serif-italic": "dejavu/DejaVuSerif-Italic.ttf",
     }
 )
 
@@ -750,7 +751,169 @@ def heldout_slides() -> list[HardSlide]:
     ]
 
 
-SPLITS = {"dev": dev_slides, "heldout": heldout_slides}
+def fresh_slides() -> list[HardSlide]:
+    """Written after every rule and parameter was fixed and measured once, unchanged after."""
+    return [
+        HardSlide(
+            "rules_table_results",
+            (250, 250, 247),
+            (
+                _tb(["Error rates by speaker"], "dejavu-sans-bold", 44, INK, 80, 40),
+                Table(
+                    80,
+                    130,
+                    (300, 200, 200, 200),
+                    (
+                        ("Speaker", "Words", "Errors", "Rate"),
+                        ("Anna", "1204", "58", "4.8 %"),
+                        ("Ben", "987", "71", "7.2 %"),
+                        ("Chen", "1530", "95", "6.2 %"),
+                        ("Dara", "812", "33", "4.1 %"),
+                    ),
+                    "dejavu-mono",
+                    "dejavu-mono-bold",
+                    26,
+                    "rules",
+                    INK,
+                    (60, 60, 60),
+                    right=(1, 2, 3),
+                ),
+                _tb(
+                    ["Rates rounded to one decimal place"],
+                    "dejavu-sans",
+                    15,
+                    (100, 100, 100),
+                    80,
+                    600,
+                ),
+            ),
+        ),
+        HardSlide(
+            "header_band_table",
+            (20, 24, 30),
+            (
+                _tb(["Build times"], "liberation-sans-bold", 50, (255, 200, 80), 640, 40, "center"),
+                Table(
+                    240,
+                    150,
+                    (340, 220, 240),
+                    (
+                        ("Target", "Debug", "Release"),
+                        ("Engine", "42 s", "1 min 10 s"),
+                        ("Server", "18 s", "31 s"),
+                        ("Tests", "2 min", "2 min"),
+                    ),
+                    "liberation-sans",
+                    "liberation-sans-bold",
+                    30,
+                    "zebra",
+                    (230, 230, 230),
+                    (0, 0, 0),
+                    band=(60, 70, 90),
+                ),
+            ),
+        ),
+        HardSlide(
+            "code_with_caption",
+            (250, 252, 255),
+            (
+                _tb(["Parsing a config"], "dejavu-serif-bold", 46, (20, 40, 100), 80, 40),
+                _tb(
+                    [
+                        "config = load(path)",
+                        "for key, value in config.items():",
+                        "    print(key, value)",
+                    ],
+                    "liberation-mono-bold",
+                    28,
+                    (30, 30, 30),
+                    100,
+                    170,
+                    spacing=1.6,
+                ),
+                _tb(
+                    ["Listing 4: every entry is printed once"],
+                    "dejavu-serif-italic",
+                    18,
+                    (90, 90, 90),
+                    100,
+                    360,
+                ),
+            ),
+        ),
+        HardSlide(
+            "two_columns_pink",
+            (250, 228, 236),
+            (
+                _tb(["Before and after"], "liberation-serif-bold", 50, (110, 20, 60), 80, 40),
+                _tb(["Before"], "liberation-serif-bold", 32, (110, 20, 60), 80, 160),
+                _tb(
+                    ["Fixed resolution", "One column only", "No tables"],
+                    "liberation-serif",
+                    28,
+                    INK,
+                    80,
+                    220,
+                ),
+                _tb(["After"], "liberation-serif-bold", 32, (110, 20, 60), 660, 160),
+                _tb(
+                    ["Text height decides", "Columns in order", "Rows stay rows"],
+                    "liberation-serif",
+                    28,
+                    INK,
+                    660,
+                    220,
+                ),
+                _tb(["Page 21"], "liberation-serif", 15, (120, 70, 90), 1200, 680, "right"),
+            ),
+        ),
+        HardSlide(
+            "photo_two_captions",
+            (245, 245, 245),
+            (
+                _tb(["Two cameras"], "dejavu-sans-condensed-bold", 46, INK, 640, 30, "center"),
+                Photo((80, 110, 620, 520), seed=5151, text=("Front door",), size_px=32),
+                Photo((660, 110, 1200, 520), seed=6262, text=("Back garden",), size_px=32),
+                _tb(
+                    ["Both recorded at night with infrared light"],
+                    "dejavu-sans-condensed",
+                    20,
+                    (70, 70, 70),
+                    640,
+                    560,
+                    "center",
+                ),
+            ),
+        ),
+        HardSlide(
+            "small_print_blue",
+            (10, 60, 120),
+            (
+                _tb(["Thank you"], "liberation-sans-bold", 64, WHITE, 640, 200, "center"),
+                _tb(
+                    ["Slides and code are online"],
+                    "liberation-sans",
+                    32,
+                    (200, 220, 245),
+                    640,
+                    320,
+                    "center",
+                ),
+                _tb(
+                    ["Copyright 2026 the authors. Reuse allowed with credit."],
+                    "liberation-sans",
+                    12,
+                    (170, 195, 230),
+                    640,
+                    680,
+                    "center",
+                ),
+            ),
+        ),
+    ]
+
+
+SPLITS = {"dev": dev_slides, "heldout": heldout_slides, "fresh": fresh_slides}
 
 
 # --------------------------------------------------------------------------------------------
