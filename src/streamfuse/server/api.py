@@ -36,7 +36,6 @@ from streamfuse.server.sessions import (
     SessionRequest,
     SlowConsumer,
 )
-from streamfuse.sources.pipe import IngestOverflow
 
 log = logging.getLogger(__name__)
 
@@ -239,7 +238,7 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
                 return _too_big(len(data), config.max_message_bytes)
             try:
                 await session.feed_media(data)
-            except (IngestOverflow, StreamfuseError) as e:  # too far ahead; input ended
+            except StreamfuseError as e:  # `IngestOverflow` (too far ahead), input ended
                 return str(e)
             return None
 
