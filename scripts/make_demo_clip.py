@@ -13,6 +13,10 @@ Regenerate the committed assets (takes well under a minute)::
     .venv/bin/python scripts/make_demo_clip.py --preset demo --out src/streamfuse/assets/demo
     .venv/bin/python scripts/make_demo_clip.py --preset short --out assets/test
 
+Both streams are stored time-interleaved (audio and video of the same moment side by side),
+as live senders and ``ffmpeg -c copy`` write them; ``--reinterleave`` rewrites an existing
+clip so without re-synthesising it.
+
 Needs: ``espeak-ng`` on PATH (speech), the DejaVu / Liberation / FreeFont TTF files under
 /usr/share/fonts/truetype (slides), and Python packages ``av`` (PyAV), ``Pillow``, ``numpy``.
 Nothing here is needed at test time: tests read the committed files.
@@ -668,6 +672,10 @@ def encode(
         astream = container.add_stream("aac", rate=AUDIO_RATE_HZ, layout="mono")
         astream.bit_rate = 64_000
 
+        # Packets are collected and muxed in time order at the end: muxed stream after
+        # stream, the file stores the audio ~40 s behind the video of the same moment, which
+        # a reader that cannot seek (plain HTTP, a pipe) receives that late.
+        packets: list[av.Packet] = []
         for (first, last), slide, base in zip(
             timeline.slide_frames, preset.slides, bases, strict=True
         ):
@@ -681,8 +689,8 @@ def encode(
                     frame = static
                 frame.pts = index
                 frame.time_base = Fraction(1, FPS)
-                container.mux(vstream.encode(frame))
-        container.mux(vstream.encode(None))
+                packets += vstream.encode(frame)
+        packets += vstream.encode(None)
 
         for offset in range(0, len(audio), AAC_FRAME_SAMPLES):
             chunk = audio[offset : offset + AAC_FRAME_SAMPLES]
@@ -690,8 +698,35 @@ def encode(
             aframe.sample_rate = AUDIO_RATE_HZ
             aframe.pts = offset
             aframe.time_base = Fraction(1, AUDIO_RATE_HZ)
-            container.mux(astream.encode(aframe))
-        container.mux(astream.encode(None))
+            packets += astream.encode(aframe)
+        packets += astream.encode(None)
+        mux_in_time_order(container, packets)
+
+
+def _packet_time_s(packet: av.Packet) -> float:
+    stamp = packet.dts if packet.dts is not None else packet.pts
+    assert stamp is not None and packet.time_base is not None
+    return float(stamp * packet.time_base)
+
+
+def mux_in_time_order(container: av.container.OutputContainer, packets: list[av.Packet]) -> None:
+    """Mux `packets` (of several streams, each in decoding order) time-interleaved: sorted by
+    decoding time, a stable sort, so each stream keeps its order."""
+    for packet in sorted(packets, key=_packet_time_s):
+        container.mux(packet)
+
+
+def reinterleave(path: Path) -> None:
+    """Rewrite an existing clip time-interleaved, packets unchanged (its truth stays valid)."""
+    tmp = path.with_suffix(".interleaved.mp4")
+    with av.open(str(path)) as inp:
+        packets = [p for p in inp.demux() if p.dts is not None]
+        with av.open(str(tmp), "w", options={"movflags": "+faststart"}) as out:
+            mapping = {s.index: out.add_stream_from_template(s) for s in inp.streams}
+            for packet in packets:
+                packet.stream = mapping[packet.stream.index]
+            mux_in_time_order(out, packets)
+    tmp.replace(path)
 
 
 def truth_document(preset: Preset, timeline: Timeline) -> dict[str, object]:
@@ -756,11 +791,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--snr-db", type=float, default=28.0, help="speech-to-noise ratio")
     parser.add_argument("--crf", type=int, default=23, help="x264 constant rate factor")
     parser.add_argument("--slides-dir", type=Path, help="also save each slide as PNG here")
+    parser.add_argument(
+        "--reinterleave",
+        action="store_true",
+        help="only rewrite the existing <out>/<name>.mp4 time-interleaved (no synthesis; the "
+        "packets and the truth file are unchanged)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
 
     preset = PRESETS[args.preset]()
     name = args.name or preset.name
+    if args.reinterleave:
+        reinterleave(args.out / f"{name}.mp4")
+        logger.info("rewrote %s time-interleaved", args.out / f"{name}.mp4")
+        return 0
     t0 = time.perf_counter()
     video_path, truth_path = build(
         preset, args.out, name, args.seed, args.snr_db, args.crf, args.slides_dir

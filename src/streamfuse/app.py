@@ -29,6 +29,7 @@ from streamfuse.pipeline.source import Source
 from streamfuse.pipeline.tracing import TracingObserver
 from streamfuse.qos.signals import QosSignals
 from streamfuse.sinks.base import EventSink
+from streamfuse.sources import SourceConfig
 from streamfuse.sources.media import MediaSource
 from streamfuse.sources.text import TextSource
 from streamfuse.telemetry import TelemetryConfig
@@ -63,6 +64,11 @@ class StreamfuseConfig(BaseModel):
     timeline: TimelineConfig = Field(
         default_factory=TimelineConfig,
         description="How OCR and speech events become the language model's context (with `lm`).",
+    )
+    source: SourceConfig = Field(
+        default_factory=SourceConfig,
+        description="How inputs are opened and kept alive: FFmpeg input options, stall "
+        "timeout, reconnection with backoff, interleaving buffer (`docs/inputs.md`).",
     )
     telemetry: TelemetryConfig = Field(
         default_factory=TelemetryConfig,
@@ -230,6 +236,7 @@ async def build_pipeline(
                 realtime=config.realtime,
                 audio=config.asr,
                 video=config.ocr,
+                config=config.source,
             )
         await source.open()
         if not (source.has_video or source.has_audio):

@@ -180,6 +180,29 @@ def run(
     otlp: OtlpOption = None,
     prometheus_port: PrometheusPortOption = None,
     trace_ratio: TraceRatioOption = None,
+    input_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--input-option",
+            help="FFmpeg option for opening the inputs, key=value (repeatable), e.g. "
+            "rtsp_transport=tcp, buffer_size=4194304; format=alsa picks the demuxer or device.",
+        ),
+    ] = None,
+    reconnect_attempts: Annotated[
+        int | None,
+        typer.Option(
+            help="Reconnection attempts when a URL or device drops or stalls, with doubling "
+            "backoff (source.reconnect_attempts, default 5; 0: fail at once)."
+        ),
+    ] = None,
+    stall_timeout_s: Annotated[
+        float | None,
+        typer.Option(
+            "--stall-timeout-s",
+            help="Seconds without data after which a URL or device counts as dropped "
+            "(source.stall_timeout_s, default 5).",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run media inputs through the pipeline and print / write the live timeline."""
@@ -197,8 +220,29 @@ def run(
         ocr_precision=ocr_precision.value if ocr_precision else None,
         ask=ask,
         telemetry=_telemetry_options(otlp, prometheus_port, trace_ratio),
+        source=_source_options(input_option, reconnect_attempts, stall_timeout_s),
     )
     raise typer.Exit(code)
+
+
+def _source_options(
+    input_options: list[str] | None, reconnect_attempts: int | None, stall_timeout_s: float | None
+) -> dict[str, Any]:
+    """The `source` part of the job config (`streamfuse.sources.SourceConfig`)."""
+    source: dict[str, Any] = {}
+    if input_options:
+        pairs = {}
+        for item in input_options:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise _fail(f"--input-option expects key=value, got {item!r}")
+            pairs[key.strip()] = value
+        source["input_options"] = pairs
+    if reconnect_attempts is not None:
+        source["reconnect_attempts"] = reconnect_attempts
+    if stall_timeout_s is not None:
+        source["stall_timeout_s"] = stall_timeout_s
+    return source
 
 
 def _telemetry_options(
@@ -253,6 +297,7 @@ def _run_main(
     ocr_precision: str | None = None,
     ask: str | None = None,
     telemetry: dict[str, Any] | None = None,
+    source: dict[str, Any] | None = None,
 ) -> int:
     from pydantic import ValidationError
 
@@ -270,6 +315,8 @@ def _run_main(
             extra["lm"] = {"ask": ask}
         if telemetry:
             extra["telemetry"] = telemetry
+        if source:
+            extra["source"] = source
         config = StreamfuseConfig(
             realtime=realtime, ocr=ocr, asr=asr, asr_config={"model": asr_model}, **extra
         )
@@ -409,6 +456,17 @@ def serve(
     idle_timeout_s: Annotated[
         float, typer.Option(help="End a live session after this long without input.")
     ] = 30.0,
+    session_queue: Annotated[
+        int,
+        typer.Option(help="Results a subscriber may fall behind before it is disconnected."),
+    ] = 1024,
+    ask: Annotated[
+        str | None,
+        typer.Option(
+            help="Standing question the language model answers in every session (a session "
+            "may set its own; default: no language model)."
+        ),
+    ] = None,
     metrics_public: Annotated[
         bool, typer.Option("--metrics-public", help="Serve /metrics without the token.")
     ] = False,
@@ -434,6 +492,7 @@ def serve(
             realtime=True,
             asr_config={"model": asr_model},
             telemetry=_telemetry_options(otlp, None, trace_ratio),
+            lm={"ask": ask} if ask else None,
         )
         options: dict[str, Any] = {"token": token} if token else {}
         config = ServeConfig(
@@ -442,6 +501,7 @@ def serve(
             max_sessions=max_sessions,
             max_message_bytes=max_message_bytes,
             idle_timeout_s=idle_timeout_s,
+            session_queue=session_queue,
             metrics_public=metrics_public,
             allow_files=files,
             job=job,

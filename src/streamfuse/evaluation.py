@@ -3,7 +3,11 @@
 - OCR CER: for each truth slide, the last `ocr` event whose `t_start` lies inside the slide's
   interval; its lines and the truth lines are each joined with single spaces (whitespace
   collapsed) and compared by character edit distance. A slide with no event counts as fully
-  missed. The figure is total edits / total truth characters.
+  missed. The figure is total edits / total truth characters. Line order counts, and a table
+  row is one truth line with its cells in column order joined by " | "
+  (`streamfuse.vision.layout.CELL_SEPARATOR`, which the OCR stage writes): a missing
+  separator costs 2 characters, a table read column by column costs the moved text
+  (docs/ocr-layout.md). Each slide's record carries its `edits` and `chars`.
 - ASR WER: all committed `asr` text against all truth text, both normalized by Whisper's English
   normalizer (case, punctuation, spelled and written numbers), word edit distance / truth words.
 - Latency: p50 / p95 of `latency_ms` per event type; for realtime runs also the delay from a
@@ -136,7 +140,15 @@ def ocr_cer(truth: Truth, events: Iterable[EventRecord | dict[str, Any]]) -> dic
         n_edits, n_chars = char_errors(" ".join(slide.lines), hyp)
         edits += n_edits
         chars += n_chars
-        per_slide.append({"t_start": slide.t_start, "cer": n_edits / max(1, n_chars), "hyp": hyp})
+        per_slide.append(
+            {
+                "t_start": slide.t_start,
+                "cer": n_edits / max(1, n_chars),
+                "hyp": hyp,
+                "edits": n_edits,
+                "chars": n_chars,
+            }
+        )
     return {"ocr_cer": edits / chars if chars else None, "ocr_slides": per_slide}
 
 

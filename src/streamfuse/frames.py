@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from streamfuse.clock import now_wall
-from streamfuse.events import ErrorPayload, EventType, Payload
+from streamfuse.events import ErrorPayload, EventType, GapPayload, Payload
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -152,5 +152,26 @@ class ErrorFrame(SystemFrame):
 
     def to_record(self, emitted_wall: float | None = None) -> dict[str, Any]:
         record = _envelope(self, EventType.ERROR, self.t_media, emitted_wall)
+        record.update(self.payload.fields())
+        return record
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class GapFrame(SystemFrame):
+    """Media time `t_media`..`t_end` an input did not deliver (a live feed dropped and was
+    reconnected). A system frame, so it passes every stage, is never dropped, and reaches the
+    sinks as a `gap` event placed between the frames before and after it.
+    """
+
+    t_end: float
+    reason: str
+    attempts: int = 0
+
+    @property
+    def payload(self) -> GapPayload:
+        return GapPayload(reason=self.reason, attempts=self.attempts)
+
+    def to_record(self, emitted_wall: float | None = None) -> dict[str, Any]:
+        record = _envelope(self, EventType.GAP, self.t_end, emitted_wall)
         record.update(self.payload.fields())
         return record

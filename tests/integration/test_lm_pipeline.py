@@ -93,7 +93,10 @@ def test_context_events_and_prompts_become_streamed_answers() -> None:
     for a in answers:
         tokens = [t for t in sink.of_type("lm_token") if t["request"] == a["request"]]
         assert "".join(t["text"] for t in tokens).strip() == a["text"]
-        assert a["n_tokens"] >= 1 and a["finish"] in ("length", "stop", "interrupted")
+        # An answer a newer checkpoint interrupts may end before its first token (a loaded
+        # machine); any other answer has text.
+        assert a["n_tokens"] >= 1 or a["interrupted"]
+        assert a["finish"] in ("length", "stop", "interrupted")
         assert a["t_start"] == 0.0
     # The context holds the timeline (partials excluded); questions were rolled back out.
     # The end of input closed the session and freed its slot.

@@ -85,3 +85,13 @@ def test_prometheus_scrapes_the_service_metrics_with_its_token(tmp_path: Path) -
             assert series and series[0]["value"] > 0
             up = prom.query("up")
             assert up and up[0]["value"] == 1.0
+            # The service's own series: one URL session ran, then none.
+            assert prom.wait_for(
+                lambda p: p.query(
+                    'max_over_time(streamfuse_serve_sessions{live="false"}[1m]) == 1'
+                ),
+                timeout_s=30,
+            )
+            assert prom.wait_for(
+                lambda p: p.query('streamfuse_serve_sessions{live="false"} == 0'), timeout_s=30
+            )

@@ -1,14 +1,25 @@
+"""MediaSource on local files: frames, pacing, broken input, source options, devices, and
+far-apart streams read without seeking. Live servers: tests/integration/test_live_sources.py."""
+
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
+from pydantic import ValidationError
+from typer.testing import CliRunner
 
+from streamfuse.app import StreamfuseConfig
+from streamfuse.cli import app as cli_app
 from streamfuse.errors import MediaDecodeError, SourceError
-from streamfuse.frames import AudioFrame, Frame, VideoFrame
+from streamfuse.events import GapPayload, parse_record
+from streamfuse.frames import AudioFrame, Frame, GapFrame, VideoFrame
+from streamfuse.sources import SourceConfig
 from streamfuse.sources.media import MediaSource
-from streamfuse.testing.media import faststart, remux, truncate
+from streamfuse.testing.media import apart, faststart, interleave, remux, spread_s, truncate
 
 pytestmark = pytest.mark.unit
 
@@ -118,3 +129,121 @@ def test_audio_only_and_video_only(short: Path, tmp_path: Path) -> None:
 def test_unreachable_url() -> None:
     with pytest.raises(SourceError, match=r"127\.0\.0\.1:9"):
         _read(MediaSource("http://127.0.0.1:9/live.mp4", open_timeout_s=3))
+
+
+# -- source options, devices, far-apart streams (issue 15) -----------------------------------
+
+
+def test_source_config_backoff_doubles_up_to_the_cap() -> None:
+    config = SourceConfig(reconnect_backoff_s=0.5, reconnect_backoff_max_s=3.0)
+    assert [config.backoff_s(n) for n in (1, 2, 3, 4, 5)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+    with pytest.raises(ValidationError, match="reconnect_backoff_max_s"):
+        SourceConfig(reconnect_backoff_s=2.0, reconnect_backoff_max_s=1.0)
+    assert StreamfuseConfig(source={"input_options": {"a": "b"}}).source.input_options == {"a": "b"}
+
+
+def test_input_options_reach_ffmpeg(short: Path) -> None:
+    # `format` is FFmpeg's -f: forcing MPEG-TS on an MP4 file cannot work.
+    forced = MediaSource(short, config=SourceConfig(input_options={"format": "mpegts"}))
+    with pytest.raises(SourceError, match="short.mp4"):
+        _read(forced)
+    assert _read(MediaSource(short, config=SourceConfig(input_options={"seekable": "0"})))
+
+
+def test_missing_devices_are_clear_errors() -> None:
+    with pytest.raises(SourceError, match=r"/dev/video99.*v4l2"):
+        _read(MediaSource("/dev/video99"))
+    with pytest.raises(SourceError, match=r"alsa device hw:99"):
+        _read(MediaSource("alsa://hw:99"))
+
+
+def _worst_skew_s(frames: list[Frame]) -> float:
+    latest: dict[type, float] = {}
+    worst = 0.0
+    for f in frames:
+        latest[type(f)] = f.t_media
+        if len(latest) == 2:
+            worst = max(worst, abs(latest[VideoFrame] - latest[AudioFrame]))
+    return worst
+
+
+def test_far_apart_streams_read_without_seeking_leave_in_time_order(
+    short: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The audio stored after all of the video, read as a non-seekable stream (FFmpeg's
+    `seekable=0`, as over HTTP without Range): held packets keep the streams together."""
+    far = apart(short, tmp_path / "apart.mp4")
+    assert spread_s(far) > 10
+    unseekable = SourceConfig(input_options={"seekable": "0"})
+    src = MediaSource(far, config=unseekable)
+    frames = _read(src)
+    assert _worst_skew_s(frames) < 1.6 and src.interleave_warning is None
+    video = [f for f in frames if isinstance(f, VideoFrame)]
+    assert len(video) == pytest.approx(12.2 * 30, abs=2)
+    # Past a small bound the frames still all come, and one warning says why they are late.
+    caplog.set_level(logging.WARNING, logger="streamfuse.sources.media")
+    bounded = MediaSource(far, config=unseekable.model_copy(update={"interleave_buffer_s": 2.0}))
+    late = _read(bounded)
+    assert len([f for f in late if isinstance(f, VideoFrame)]) == len(video)
+    assert _worst_skew_s(late) > 5
+    warned = [r.getMessage() for r in caplog.records if "stored more than" in r.getMessage()]
+    assert len(warned) == 1 and "apart.mp4" in warned[0] and "not seekable" in warned[0]
+
+
+def test_interleaved_copy_stores_streams_together(short: Path, tmp_path: Path) -> None:
+    assert spread_s(interleave(short, tmp_path / "il.mp4")) < 0.1
+
+
+def test_gap_frame_is_a_gap_event() -> None:
+    gap = GapFrame(stream_id="cam", t_media=3.0, t_end=8.0, reason="stalled", attempts=2)
+    record = parse_record(gap.to_record())
+    assert record.type == "gap" and (record.t_start, record.t_end) == (3.0, 8.0)
+    assert isinstance(record.payload, GapPayload) and record.payload.attempts == 2
+
+
+def test_cli_input_option_needs_key_and_value(short: Path) -> None:
+    result = CliRunner().invoke(cli_app, ["run", str(short), "--input-option", "nokey"])
+    assert result.exit_code == 2
+    assert "--input-option expects key=value, got 'nokey'" in result.output
+
+
+def test_bundled_demo_clip_is_time_interleaved() -> None:
+    """Read in byte order (HTTP without Range), the audio must come with the video of the same
+    moment; the clip once stored it ~39 s behind."""
+    from streamfuse.assets import demo_files
+
+    with demo_files() as files:
+        assert spread_s(files.clip) < 0.5
+
+
+def test_stereo_is_averaged_to_mono_not_summed(tmp_path: Path) -> None:
+    """A browser records its microphone as two identical channels: the mono signal must keep
+    their level (FFmpeg's downmix made it 1.41x louder and clipped)."""
+    import av as _av
+
+    from streamfuse.frames import AudioFrame
+    from streamfuse.sources.media import MediaSource
+
+    rate = 48_000
+    t = np.arange(rate) / rate
+    tone = (0.9 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+    path = tmp_path / "stereo.wav"
+    with _av.open(str(path), "w") as out:
+        stream = out.add_stream("pcm_f32le", rate=rate, layout="stereo")
+        frame = _av.AudioFrame.from_ndarray(
+            np.stack([tone, tone]).reshape(1, -1, order="F"), format="flt", layout="stereo"
+        )
+        frame.rate = rate
+        out.mux(stream.encode(frame))
+        out.mux(stream.encode())
+
+    async def samples() -> np.ndarray:
+        source = MediaSource(path, video=False)
+        await source.open()
+        got = [f.samples async for f in source.frames() if isinstance(f, AudioFrame)]
+        await source.close()
+        return np.concatenate(got)
+
+    mono = asyncio.run(samples())
+    assert len(mono) >= 15_900
+    assert 0.87 < float(np.abs(mono).max()) < 0.93

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from streamfuse import telemetry
 from streamfuse.frames import Frame, VideoFrame
 from streamfuse.lm.stage import LMStage, LMStageConfig
-from streamfuse.pipeline import Pipeline, Stage
+from streamfuse.pipeline import Observer, Pipeline, Stage
 from streamfuse.pipeline.tracing import TracingObserver
 from streamfuse.sources.synthetic import SyntheticSource
 from streamfuse.telemetry import TelemetryConfig, names
@@ -100,11 +100,25 @@ def test_prometheus_endpoint_has_one_model_info_series_per_model_stage() -> None
     reader, plain = Reader(), Plain()
     source = SyntheticSource(0.5, fps=10, audio=False, size=(32, 18))
     pipeline = Pipeline("models").link(source, reader).link(reader, plain)
-    asyncio.run(pipeline.run())
-    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as reply:
-        text = reply.read().decode()
-    info = [line for line in text.splitlines() if line.startswith("streamfuse_model_info{")]
+
+    def scrape() -> str:
+        with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=5) as reply:
+            return str(reply.read().decode())
+
+    class ScrapeAtEnd(Observer):  # the last moment the pipeline runs
+        def on_end(self, wall: float) -> None:
+            self.text = scrape()
+
+    at_end = ScrapeAtEnd()
+    asyncio.run(pipeline.observe(at_end).run())
+    text = at_end.text
+
+    def model_lines(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith("streamfuse_model_info{")]
+
+    info = model_lines(text)
     assert len(info) == 1, info
+    assert model_lines(scrape()) == []  # a finished pipeline reports no model
     (line,) = info
     assert 'stage="reader"' in line and 'model="toy-det+toy-rec"' in line
     assert 'precision="int8"' in line and f'runtime="onnxruntime {version("onnxruntime")}"' in line

@@ -116,7 +116,7 @@ class Slow(Stage):
     input_types = (VideoFrame,)
 
     async def process(self, frame: Frame) -> AsyncIterator[Frame]:
-        await asyncio.sleep(0.002)
+        await asyncio.sleep(0.02)  # 30 frames: the run lasts well past the mid-run scrape
         return
         yield  # pragma: no cover
 
@@ -141,6 +141,7 @@ def test_prometheus_endpoint_serves_the_pipeline_metrics() -> None:
     mid, end = scraped
     depth = [line for line in mid.splitlines() if line.startswith("streamfuse_queue_depth{")]
     assert depth and 'pipeline="promtest"' in depth[0] and 'stage="slow"' in depth[0]
+    assert 'pipeline="promtest"' not in end  # a finished pipeline reports no queue
     for name in (
         "streamfuse_stage_latency_seconds_bucket",
         "streamfuse_stage_latency_seconds_count",

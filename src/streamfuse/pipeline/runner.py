@@ -32,7 +32,7 @@ from streamfuse.pipeline.observer import (
 from streamfuse.pipeline.queues import FrameQueue, OverloadPolicy
 from streamfuse.pipeline.source import Source
 from streamfuse.pipeline.stage import Stage, StatsObserver
-from streamfuse.telemetry.metrics import watch_queues
+from streamfuse.telemetry.metrics import unwatch_queues, watch_queues
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +193,7 @@ class Pipeline:
                 finally:
                     stage._shutdown_executor()
             self._notify("on_end", self.finished_wall)
+            unwatch_queues(self)
 
     def _notify(self, hook: str, event: object) -> None:
         for observer in self._observers:

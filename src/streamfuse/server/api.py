@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.requests import HTTPConnection
 
 from streamfuse import __version__, telemetry
+from streamfuse.errors import StreamfuseError
 from streamfuse.server.config import ServeConfig
 from streamfuse.server.sessions import (
     Session,
@@ -33,8 +34,8 @@ from streamfuse.server.sessions import (
     SessionManager,
     SessionRejected,
     SessionRequest,
+    SlowConsumer,
 )
-from streamfuse.sources.pipe import IngestOverflow
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +196,7 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
             try:
                 async for record in session.follow():
                     yield f"event: {record['type']}\ndata: {json.dumps(record)}\n\n"
-            except SessionLimit as e:
+            except SlowConsumer as e:
                 yield f"event: overflow\ndata: {json.dumps({'detail': str(e)})}\n\n"
 
         return StreamingResponse(
@@ -215,7 +216,7 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
                     return
                 await ws.send_text(json.dumps(record))
             await ws.close(1000, "session ended")
-        except SessionLimit as e:
+        except SlowConsumer as e:
             await ws.close(WS_TRY_LATER, _reason(str(e)))
         except (WebSocketDisconnect, RuntimeError):
             pass  # the client went away
@@ -237,7 +238,7 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
                 return _too_big(len(data), config.max_message_bytes)
             try:
                 await session.feed_media(data)
-            except IngestOverflow as e:
+            except StreamfuseError as e:  # `IngestOverflow` (too far ahead), input ended
                 return str(e)
             return None
 

@@ -31,12 +31,14 @@ from streamfuse.errors import SourceError, StreamfuseError
 from streamfuse.events import EventType
 from streamfuse.frames import ErrorFrame, now_wall
 from streamfuse.lm.stage import LMStageConfig
+from streamfuse.pipeline import Observer
 from streamfuse.pipeline.source import Source
 from streamfuse.server.config import ServeConfig
 from streamfuse.sinks.base import EventSink
 from streamfuse.sources.media import is_url
 from streamfuse.sources.pipe import BytePipe, PipeSource
 from streamfuse.sources.text import TextSource
+from streamfuse.telemetry.metrics import instruments
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,10 @@ class SessionState(StrEnum):
 
 class SessionLimit(StreamfuseError):
     """No room for another session."""
+
+
+class SlowConsumer(StreamfuseError):
+    """A results subscriber fell too far behind and was cut off."""
 
 
 class SessionRejected(StreamfuseError):
@@ -138,19 +144,19 @@ class Session:
         if record["type"] == EventType.ERROR:
             self.errors += 1
         for sub in list(self._subscribers):
-            try:
-                sub.queue.put_nowait(record)
-            except asyncio.QueueFull:
+            if sub.queue.qsize() >= self.serve.session_queue:
                 # A consumer this far behind would make the session buffer without bound.
                 sub.overflowed = True
                 self._subscribers.remove(sub)
                 _drain(sub.queue)
                 sub.queue.put_nowait(None)
+            else:
+                sub.queue.put_nowait(record)
 
     def subscribe(self) -> tuple[list[dict[str, Any]], Subscriber]:
         """What was produced so far and a subscription to what follows (atomically: nothing
         is published between the two on the event loop)."""
-        sub = Subscriber(asyncio.Queue(maxsize=self.serve.session_queue))
+        sub = Subscriber(asyncio.Queue())  # bounded by `publish` (room kept for the end)
         history = list(self.records)
         if self._closed:
             sub.queue.put_nowait(None)
@@ -164,7 +170,7 @@ class Session:
 
     async def follow(self) -> AsyncIterator[dict[str, Any]]:
         """Every record of the session: the history, then live until it ends. Raises
-        `SessionLimit` if this consumer fell too far behind."""
+        `SlowConsumer` if this consumer fell too far behind."""
         history, sub = self.subscribe()
         try:
             for record in history:
@@ -173,7 +179,7 @@ class Session:
                 item = await sub.queue.get()
                 if item is None:
                     if sub.overflowed:
-                        raise SessionLimit(
+                        raise SlowConsumer(
                             f"results consumer fell {self.serve.session_queue} events behind"
                         )
                     return
@@ -184,8 +190,7 @@ class Session:
     def _close_results(self) -> None:
         self._closed = True
         for sub in self._subscribers:
-            with contextlib.suppress(asyncio.QueueFull):
-                sub.queue.put_nowait(None)
+            sub.queue.put_nowait(None)
         self._subscribers.clear()
 
     # -- live inputs ----------------------------------------------------------------------------
@@ -243,6 +248,15 @@ class Session:
         return out
 
 
+class _MarkRunning(Observer):
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def on_start(self, wall: float) -> None:
+        if self.session.state is SessionState.STARTING:
+            self.session.state = SessionState.RUNNING
+
+
 def _drain(queue: asyncio.Queue[Any]) -> None:
     while not queue.empty():
         queue.get_nowait()
@@ -279,6 +293,16 @@ class SessionManager:
         return config
 
     async def create(self, request: SessionRequest) -> Session:
+        try:
+            return await self._create(request)
+        except SessionLimit:
+            instruments().serve_refused.add(1, {"reason": "limit"})
+            raise
+        except SessionRejected:
+            instruments().serve_refused.add(1, {"reason": "input"})
+            raise
+
+    async def _create(self, request: SessionRequest) -> Session:
         if len(self.running) >= self.config.max_sessions:
             raise SessionLimit(f"session limit reached ({self.config.max_sessions} running)")
         local = request.input is not None and not is_url(request.input)
@@ -334,6 +358,21 @@ class SessionManager:
         """Build and run the session's job; `ready` (URL and file sessions) is resolved once
         the input is open, or with the error that stopped it."""
         sink = SessionSink(session)
+        running = instruments().serve_sessions
+        attrs = {"live": str(session.live).lower()}
+        running.add(1, attrs)
+        try:
+            await self._run_job(session, inputs, sink, ready)
+        finally:
+            running.add(-1, attrs)
+
+    async def _run_job(
+        self,
+        session: Session,
+        inputs: list[str | Source],
+        sink: SessionSink,
+        ready: asyncio.Future[None] | None,
+    ) -> None:
         try:
             if session.config.ocr and self._ocr_pool is None:
                 # Every session's OCR reads go through one pool, a worker per core: reads are
@@ -361,13 +400,14 @@ class SessionManager:
             session.end_inputs()
             return
         session.job = job
-        session.state = SessionState.RUNNING
+        # Running once every stage is set up (models loaded): a live client starts sending then.
+        job.pipeline.observe(_MarkRunning(session))
         if ready is not None:
             ready.set_result(None)
         stats = asyncio.create_task(self._stats_loop(session, job))
         try:
             await run_job(job, [sink])
-            if session.state is SessionState.RUNNING:
+            if session.state in (SessionState.STARTING, SessionState.RUNNING):
                 session.state = SessionState.FINISHED
         except asyncio.CancelledError:
             session.state = SessionState.STOPPED

@@ -1,7 +1,7 @@
 """Event sinks: the emission point of the timeline.
 
-An `EventSink` consumes `EventFrame`s and `ErrorFrame`s and renders each as a record whose
-`latency_ms` is measured at this moment (input arrival to emission) and `wall_s` is the
+An `EventSink` consumes `EventFrame`s, `ErrorFrame`s and `GapFrame`s and renders each as a
+record whose `latency_ms` is measured at this moment (input arrival to emission) and `wall_s` is the
 emission time in seconds since the pipeline started streaming. Subclasses implement
 `write(record)`; the base collects per-type latencies for reporting.
 """
@@ -12,16 +12,16 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from streamfuse.events import EventRecord, parse_record
-from streamfuse.frames import ErrorFrame, EventFrame, Frame, now_wall
+from streamfuse.frames import ErrorFrame, EventFrame, Frame, GapFrame, now_wall
 from streamfuse.pipeline.stage import Stage
 from streamfuse.telemetry.metrics import instruments
 
 
 class EventSink(Stage):
-    input_types = (EventFrame, ErrorFrame)
+    input_types = (EventFrame, ErrorFrame, GapFrame)
 
     async def process(self, frame: Frame) -> AsyncIterator[Frame]:
-        assert isinstance(frame, EventFrame | ErrorFrame)
+        assert isinstance(frame, EventFrame | ErrorFrame | GapFrame)
         now = now_wall()
         record = frame.to_record(now)
         if self.started_wall is not None:

@@ -1,9 +1,11 @@
 """Media pushed in as bytes: one container stream (WebM from a browser's MediaRecorder, MPEG-TS,
 fragmented MP4) written chunk by chunk into a `BytePipe` and decoded by PyAV as it arrives.
 
-The pipe is bounded: a writer that outruns the decoder waits (`write` is awaitable), and one
-that is too far ahead for `write_timeout_s` gets `IngestOverflow`. The input has no duration
-and no seeking; frames leave as soon as they are decoded (the sender paces them, live).
+The container is opened when its first bytes arrive, so a session's pipeline and models are
+ready before the sender starts. The pipe is bounded: a writer that outruns the decoder waits
+(`write_chunk` is awaitable), and one that is still too far ahead after its timeout gets
+`IngestOverflow`. The input has no duration and no seeking; frames leave as soon as they are
+decoded (the sender paces them, live).
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import io
 import threading
+from collections.abc import AsyncIterator
 from typing import Any
 
 import av
 
 from streamfuse.errors import SourceError, StreamfuseError
+from streamfuse.frames import Frame
 from streamfuse.sources.media import MediaSource, _reason
 
 #: A frame rate above this is a container's timebase guess (WebM's 1 kHz), not a real rate.
@@ -100,6 +104,23 @@ class PipeSource(MediaSource):
         super().__init__(label, stream_id=stream_id, **kwargs)
         self.name = f"media:{label}"
         self.pipe = pipe
+
+    async def open(self) -> None:
+        """Nothing to read yet: the container opens when the first bytes arrive (`frames`),
+        so the pipeline (and its models) can be ready before the sender starts. Until then
+        the streams asked for are assumed present."""
+        self.has_video, self.has_audio = self.want_video, self.want_audio
+
+    async def frames(self) -> AsyncIterator[Frame]:
+        if self._container is None:
+            try:
+                await asyncio.to_thread(self._open_sync)  # waits for the stream's header
+            except SourceError:
+                if self.pipe.received == 0:
+                    return  # ended before any media came: nothing to decode, nothing wrong
+                raise
+        async for frame in super().frames():
+            yield frame
 
     def _open_container(self) -> Any:
         try:

@@ -148,6 +148,12 @@ class Instruments:
             unit="1",
             description="1 per stage running a model (stage, model, precision, runtime)",
         )
+        self.serve_sessions = meter.create_up_down_counter(
+            names.SERVE_SESSIONS, unit="{session}", description="Sessions running (serve)"
+        )
+        self.serve_refused = meter.create_counter(
+            names.SERVE_REFUSED, unit="{request}", description="Sessions refused (serve)"
+        )
 
 
 _current: Instruments | None = None
@@ -172,8 +178,15 @@ _engines: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def watch_queues(pipeline: Any) -> None:
-    """Report `pipeline`'s queue depths through the observable gauge while it is alive."""
+    """Report `pipeline`'s queue depths (and its stages' models) through the observable
+    gauges while it runs (`unwatch_queues` when it ends)."""
     _watched.add(pipeline)
+
+
+def unwatch_queues(pipeline: Any) -> None:
+    # A finished pipeline kept alive (a service keeps finished sessions for inspection) must
+    # not go on reporting queues and models as if it ran.
+    _watched.discard(pipeline)
 
 
 def watch_lm_engine(engine: Any) -> None:

@@ -27,6 +27,8 @@ LM_KV_TOKENS = "streamfuse.lm.kv.tokens"  # 1, share of the KV pool's token capa
 PROCESS_CPU_TIME = "streamfuse.process.cpu.time"  # s, CPU time of the process (mode=user|system)
 PROCESS_CPU_UTILIZATION = "streamfuse.process.cpu.utilization"  # 1, CPU share of all cores
 MODEL_INFO = "streamfuse.model.info"  # 1, one series per stage running a model, labelled with it
+SERVE_SESSIONS = "streamfuse.serve.sessions"  # {session}, sessions running (live=true|false)
+SERVE_REFUSED = "streamfuse.serve.refused"  # {request}, sessions refused (reason=limit|input)
 
 # -- span attributes ------------------------------------------------------------------------------
 ATTR_STAGE = "streamfuse.stage"  # the source or stage name (`ocr:lecture`)

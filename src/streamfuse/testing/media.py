@@ -44,6 +44,99 @@ def faststart(src: str | Path, dst: str | Path) -> Path:
     return Path(dst)
 
 
+def interleave(src: str | Path, dst: str | Path, *, options: dict[str, str] | None = None) -> Path:
+    """Remux `src` with every stream's packets stored in time order (no re-encode), so a
+    reader that cannot seek finds audio and video of the same moment together."""
+    with av.open(str(src)) as inp:
+        packets = [p for p in inp.demux() if p.dts is not None]
+        fmt = "mp4" if str(dst).endswith(".mp4") else None
+        opts = options if options is not None else ({"movflags": "+faststart"} if fmt else {})
+        with av.open(str(dst), "w", format=fmt, options=opts) as out:
+            mapping = {s.index: out.add_stream_from_template(s) for s in inp.streams}
+            packets.sort(key=lambda p: (_time_s(p), p.stream.index))
+            for packet in packets:
+                packet.stream = mapping[packet.stream.index]
+                out.mux(packet)
+    return Path(dst)
+
+
+def fragmented(src: str | Path, dst: str | Path) -> Path:
+    """Remux `src` as fragmented MP4 (a fragment per key frame, index-free header), the
+    layout of live fMP4 / CMAF feeds."""
+    return interleave(src, dst, options={"movflags": "frag_keyframe+empty_moov+default_base_moof"})
+
+
+def hls(src: str | Path, out_dir: str | Path, *, segment_s: float = 2.0) -> Path:
+    """Write `src` as an HLS VOD playlist and MPEG-TS segments in `out_dir`; returns the
+    playlist (`index.m3u8`). Segments are cut at key frames."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    playlist = out_dir / "index.m3u8"
+    options = {"hls_time": str(segment_s), "hls_list_size": "0", "hls_playlist_type": "vod"}
+    with (
+        av.open(str(src)) as inp,
+        av.open(str(playlist), "w", format="hls", options=options) as out,
+    ):
+        mapping = {s.index: out.add_stream_from_template(s) for s in inp.streams}
+        for packet in inp.demux():
+            if packet.dts is None:
+                continue
+            packet.stream = mapping[packet.stream.index]
+            out.mux(packet)
+    return playlist
+
+
+def spread_s(path: str | Path) -> float:
+    """How far apart (media seconds) the streams of `path` are stored, read in file order:
+    the largest gap between the latest timestamps of two streams along the bytes."""
+    with av.open(str(path)) as inp:
+        found = [
+            (p.pos, p.stream.index, float(p.dts * p.time_base))
+            for p in inp.demux()
+            if p.dts is not None and p.pos is not None and p.pos >= 0
+        ]
+    latest: dict[int, float] = {}
+    worst = 0.0
+    for _, index, t in sorted(found):
+        latest[index] = t
+        if len(latest) > 1:
+            worst = max(worst, max(latest.values()) - min(latest.values()))
+    return worst
+
+
+def apart(src: str | Path, dst: str | Path) -> Path:
+    """Remux `src` as MP4 with each stream stored whole, one after the other (no re-encode):
+    the worst interleaving, which a reader that cannot seek must survive."""
+    with av.open(str(src)) as inp:
+        packets = [p for p in inp.demux() if p.dts is not None]
+        # A tiny interleave window makes the muxer write packets in the order given.
+        options = {"movflags": "+faststart", "max_interleave_delta": "1"}
+        with av.open(str(dst), "w", format="mp4", options=options) as out:
+            mapping = {s.index: out.add_stream_from_template(s) for s in inp.streams}
+            packets.sort(key=lambda p: (p.stream.index, _time_s(p)))
+            for packet in packets:
+                packet.stream = mapping[packet.stream.index]
+                out.mux(packet)
+    return Path(dst)
+
+
+def cut(src: str | Path, dst: str | Path, end_s: float) -> Path:
+    """The first `end_s` seconds of `src` (packets before it, no re-encode)."""
+    with av.open(str(src)) as inp, av.open(str(dst), "w") as out:
+        mapping = {s.index: out.add_stream_from_template(s) for s in inp.streams}
+        for packet in inp.demux():
+            if packet.dts is None or float(packet.dts * packet.time_base) >= end_s:
+                continue
+            packet.stream = mapping[packet.stream.index]
+            out.mux(packet)
+    return Path(dst)
+
+
+def _time_s(packet: av.Packet) -> float:
+    assert packet.dts is not None and packet.time_base is not None
+    return float(packet.dts * packet.time_base)
+
+
 def encode_webm(
     src: str | Path,
     dst: str | Path,

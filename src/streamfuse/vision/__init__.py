@@ -21,7 +21,7 @@ from streamfuse.vision.config import (
     VisionConfig,
 )
 from streamfuse.vision.frames import BBox, KeyFrame
-from streamfuse.vision.layout import reading_order
+from streamfuse.vision.layout import CELL_SEPARATOR, LayoutConfig, layout, reading_order
 from streamfuse.vision.ocr import (
     OcrEngine,
     OcrLine,
@@ -34,6 +34,7 @@ from streamfuse.vision.ocr import (
 from streamfuse.vision.policy import FixedResolution, OcrObservation, OcrPlan, ResolutionPolicy
 
 __all__ = [
+    "CELL_SEPARATOR",
     "ArticlePolicy",
     "BBox",
     "ChangeDecision",
@@ -58,6 +59,8 @@ __all__ = [
     "VisionConfig",
     "normalize_text",
     "reading_order",
+    "layout",
+    "LayoutConfig",
     "same_text_state",
     "thumbnail",
 ]

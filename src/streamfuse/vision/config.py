@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from streamfuse.qos.controllers import ArticleRuleConfig, FeedbackControllerConfig
 from streamfuse.qos.smoothing import JumpSuppressionConfig
+from streamfuse.vision.layout import LayoutConfig
 
 
 class ChangeDetectorConfig(BaseModel):
@@ -180,6 +181,64 @@ class OcrConfig(BaseModel):
         description="Minimum empty vertical gutter, in multiples of the median text height, "
         "that separates two columns (reading order).",
     )
+
+    cell_gap: float = Field(
+        0.6,
+        gt=0.0,
+        le=10.0,
+        description="Boxes of one row further apart than this many text heights are separate "
+        "cells (table detection); closer boxes are one phrase the detector split.",
+    )
+    band_gap: float = Field(
+        1.0,
+        gt=0.0,
+        le=20.0,
+        description="An empty band at least this many median text heights high sets the top "
+        "row (a title) or the bottom row (a footer) apart from a column layout (reading order).",
+    )
+    min_text_px: float | None = Field(
+        7.0,
+        gt=0.0,
+        le=64.0,
+        description="Rung floor: the detector side is raised (up to the frame's own size) "
+        "until the smallest text line found on the picture (`vision.textsize`, a direct "
+        "estimate from glyph strokes) is at least this many pixels high at the detector's "
+        "input, whatever the policy chose. On the dev set a 14 px footer vanished below 5.6 "
+        "px. None: no floor.",
+    )
+    reread_below_conf: float | None = Field(
+        0.9,
+        ge=0.0,
+        le=1.0,
+        description="A line read below this confidence at a reduced detector scale is read "
+        "again from a crop around it at full resolution, and replaced when the new reading is "
+        "surer. None: never.",
+    )
+    max_rereads: int = Field(
+        4, ge=0, le=64, description="At most this many low-confidence lines re-read per frame."
+    )
+    stray_glyph_height_ratio: float = Field(
+        3.0,
+        gt=1.0,
+        le=50.0,
+        description="A short line (`short_line_chars`) more than this many times taller than "
+        "the median line is dropped: a letter read into a picture.",
+    )
+    tables: bool = Field(
+        True,
+        description="Read tables row by row, cells in column order joined by ' | ': aligned "
+        "rows count as a table when a rule, stripe or border is drawn between its rows or "
+        "columns (docs/ocr-layout.md).",
+    )
+
+    def layout(self) -> LayoutConfig:
+        """The layout thresholds of this config (`streamfuse.vision.layout`)."""
+        return LayoutConfig(
+            row_overlap=self.row_overlap,
+            column_gap=self.column_gap_px,
+            cell_gap=self.cell_gap,
+            band_gap=self.band_gap,
+        )
 
     def resolve_precision(self, streams: int = 1) -> Literal["int8", "fp32"]:
         """The detector precision to load for a job reading `streams` streams at once.

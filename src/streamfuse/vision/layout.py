@@ -1,17 +1,30 @@
-"""Reading order of recognized text lines: top to bottom, columns left before right.
+"""Layout of recognized text boxes: tables, reading order, lines (docs/ocr-layout.md).
 
-Boxes are clustered into rows by vertical overlap. A set of rows with a vertical gutter (an
-empty strip at least `column_gap` median text heights wide, with text on at least two rows on
-each side) is split into columns, read left then right, recursively. Otherwise the rows are cut
-into bands, top to bottom: each band is the longest run of rows that shares a gutter (a column
-block under a full-width title, above a full-width footer) or a single row, read left to right.
-A row split in two by the detector stays one row.
+`layout(items)` returns the lines of a slide in reading order. A `LayoutLine` is either the
+boxes on one baseline, left to right (one text line, however the detector split it), or one
+row of a table: its cells in column order (`cells`, a cell may be empty), written with
+`CELL_SEPARATOR` between cells. Steps:
+
+1. Rows: boxes clustered by vertical overlap.
+2. Tables: a run of consecutive rows with at least two cells each (boxes further apart than
+   `cell_gap` text heights), whose cells fall into at least two common columns, is a table when
+   the picture shows a separator: a horizontal rule, stripe or band edge across the run between
+   two of its rows, or a vertical rule in a gutter between its columns (`find_rules`). Aligned
+   rows without any drawn separator are read as text columns (a two-column slide looks the same).
+3. Reading order of the rest (each table row counts as one full-width box): a top row with a
+   wide empty band under it (`band_gap` text heights: a title) and a bottom row with one above
+   it (a footer) are read first / last; then rows with a vertical gutter (`column_gap` text
+   heights wide, two or more rows on each side) are split into columns, left before right,
+   recursively; else cut into bands of rows sharing a gutter, top to bottom.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+import numpy as np
 
 
 class HasBox(Protocol):
@@ -21,34 +34,158 @@ class HasBox(Protocol):
 
 T = TypeVar("T", bound=HasBox)
 
+#: How a table row is written: its cells in column order joined by this (the OCR event's text
+#: and the evaluation truth use the same form).
+CELL_SEPARATOR = " | "
+
 _MAX_ROWS_FOR_BANDS = 120
+
+Box = tuple[float, float, float, float]
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """Drawn separators found in the picture, frame pixels: horizontal (y, x0, x1) and
+    vertical (x, y0, y1) segments."""
+
+    horizontal: tuple[tuple[float, float, float], ...] = ()
+    vertical: tuple[tuple[float, float, float], ...] = ()
+
+
+#: The picture's separators: found already, or found on demand inside a region (x0, y0, x1, y1;
+#: `find_rules` on the frame), only where a table is possible.
+RulesSource = Rules | Callable[[Box], Rules]
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutLine(Generic[T]):
+    """One line of the reading order: `items` left to right, and for a table row `cells`
+    (one tuple of items per column, in column order; empty for an empty cell)."""
+
+    items: tuple[T, ...]
+    cells: tuple[tuple[T, ...], ...] | None = None
+    #: A table row's column intervals (x0, x1), the same for every row of its table.
+    columns: tuple[tuple[float, float], ...] | None = None
+
+    @property
+    def is_table_row(self) -> bool:
+        return self.cells is not None
+
+    @property
+    def box(self) -> tuple[float, float, float, float]:
+        return _union([it.box for it in self.items])
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutConfig:
+    """Thresholds, in multiples of the median text height unless stated."""
+
+    #: Two boxes share a row when their vertical overlap is this fraction of the shorter one.
+    row_overlap: float = 0.5
+    #: Minimum empty vertical gutter between two text columns.
+    column_gap: float = 2.0
+    #: Boxes of one row further apart than this (x the row's text height) are separate cells.
+    cell_gap: float = 0.6
+    #: An empty horizontal band at least this high sets a title (top) or footer (bottom) apart.
+    band_gap: float = 1.0
+    #: A horizontal separator must span this fraction of a table's width.
+    rule_span: float = 0.8
+
+
+@dataclass
+class _Unit(Generic[T]):
+    """A box to order: one recognized item, or a table row (`cells` set, box = its extent)."""
+
+    box: tuple[float, float, float, float]
+    items: tuple[T, ...]
+    cells: tuple[tuple[T, ...], ...] | None = None
+    columns: tuple[tuple[float, float], ...] | None = None
+
+
+def layout(
+    items: Sequence[T],
+    config: LayoutConfig | None = None,
+    rules: RulesSource | None = None,
+) -> list[LayoutLine[T]]:
+    """The lines of `items` (boxes x0, y0, x1, y1) in reading order; `rules`: the picture's
+    drawn separators (None: no table is detected)."""
+    cfg = config or LayoutConfig()
+    if not items:
+        return []
+    text_h = _median_height(items)
+    rows = _rows(list(items), cfg.row_overlap)
+    units: list[_Unit[T]] = []
+    tables = _find_tables(rows, cfg, rules)
+    in_table: set[int] = set()
+    for first, last, columns in tables:
+        extent = _union([it.box for r in rows[first : last + 1] for it in r])
+        for r in range(first, last + 1):
+            cells = _assign(rows[r], columns, cfg.cell_gap)
+            y0 = min(it.box[1] for it in rows[r])
+            y1 = max(it.box[3] for it in rows[r])
+            units.append(
+                _Unit(
+                    (extent[0], y0, extent[2], y1),
+                    tuple(_sorted_x(rows[r])),
+                    tuple(cells),
+                    tuple(columns),
+                )
+            )
+            in_table.add(r)
+    for r, row in enumerate(rows):
+        if r not in in_table:
+            units.extend(_Unit(it.box, (it,)) for it in row)
+    ordered = _order(units, cfg.row_overlap, cfg.column_gap * text_h, cfg.band_gap * text_h)
+    out: list[LayoutLine[T]] = []
+    for row_units in ordered:
+        plain: list[T] = []
+        for u in row_units:
+            if u.cells is not None:
+                if plain:
+                    out.append(LayoutLine(tuple(plain)))
+                    plain = []
+                out.append(LayoutLine(u.items, u.cells, u.columns))
+            else:
+                plain.extend(u.items)
+        if plain:
+            out.append(LayoutLine(tuple(plain)))
+    return out
 
 
 def reading_order(
     items: Sequence[T], *, row_overlap: float = 0.5, column_gap: float = 2.0
 ) -> list[T]:
-    """`items` sorted in reading order by their `box` (x0, y0, x1, y1)."""
-    if len(items) <= 1:
-        return list(items)
-    heights = sorted(max(1.0, it.box[3] - it.box[1]) for it in items)
-    text_h = heights[len(heights) // 2]
-    return _order(list(items), row_overlap, column_gap * text_h)
+    """`items` sorted in reading order by their `box` (x0, y0, x1, y1), no table detection."""
+    cfg = LayoutConfig(row_overlap=row_overlap, column_gap=column_gap)
+    return [it for line in layout(items, cfg) for it in line.items]
 
 
-def _order(items: list[T], row_overlap: float, min_gutter: float) -> list[T]:
-    if len(items) <= 1:
-        return items
-    rows = _rows(items, row_overlap)
+# -- reading order --------------------------------------------------------------------------
+
+
+def _order(
+    units: list[_Unit[T]], row_overlap: float, min_gutter: float, band_gap: float
+) -> list[list[_Unit[T]]]:
+    """Rows of units in reading order, each row left to right."""
+    if not units:
+        return []
+    rows = _rows(units, row_overlap)
     if len(rows) == 1:
-        return sorted(items, key=lambda it: it.box[0])
-    cols = _split_columns(items, rows, min_gutter)
+        return [_sorted_x(rows[0])]
+    # A title over the body, a footer under it: set apart by a wide empty band, read first/last.
+    if _gap_below(rows[0], rows[1]) >= band_gap:
+        return [_sorted_x(rows[0]), *_order(_flat(rows[1:]), row_overlap, min_gutter, band_gap)]
+    if _gap_below(rows[-2], rows[-1]) >= band_gap:
+        rest = _order(_flat(rows[:-1]), row_overlap, min_gutter, band_gap)
+        return [*rest, _sorted_x(rows[-1])]
+    cols = _split_columns(units, rows, min_gutter)
     if cols is not None:
-        return [it for col in cols for it in _order(col, row_overlap, min_gutter)]
+        return [row for col in cols for row in _order(col, row_overlap, min_gutter, band_gap)]
     if len(rows) > _MAX_ROWS_FOR_BANDS:  # pathological input: plain row order
-        return [it for row in rows for it in sorted(row, key=lambda it: it.box[0])]
-    # No gutter runs through everything (e.g. a title spans the columns): cut the rows into
+        return [_sorted_x(row) for row in rows]
+    # No gutter runs through everything (e.g. a line spans the columns): cut the rows into
     # bands, each the longest run of rows that shares a gutter, or a single row.
-    out: list[T] = []
+    out: list[list[_Unit[T]]] = []
     i = 0
     while i < len(rows):
         j = next(
@@ -60,20 +197,54 @@ def _order(items: list[T], row_overlap: float, min_gutter: float) -> list[T]:
             i,
         )
         if j == i:
-            out.extend(sorted(rows[i], key=lambda it: it.box[0]))
+            out.append(_sorted_x(rows[i]))
         else:
-            out.extend(_order(_flat(rows[i : j + 1]), row_overlap, min_gutter))
+            band = _flat(rows[i : j + 1])
+            cols = _split_columns(band, rows[i : j + 1], min_gutter)
+            assert cols is not None
+            for col in cols:
+                out.extend(_order(col, row_overlap, min_gutter, band_gap))
         i = j + 1
     return out
 
 
-def _flat(rows: list[list[T]]) -> list[T]:
+B = TypeVar("B", bound=HasBox)
+
+
+def _sorted_x(row: Sequence[B]) -> list[B]:
+    return sorted(row, key=lambda it: it.box[0])
+
+
+def _flat(rows: list[list[B]]) -> list[B]:
     return [it for row in rows for it in row]
 
 
-def _rows(items: list[T], row_overlap: float) -> list[list[T]]:
+def _gap_below(upper: Sequence[HasBox], lower: Sequence[HasBox]) -> float:
+    return min(it.box[1] for it in lower) - max(it.box[3] for it in upper)
+
+
+def _middle(row: Sequence[HasBox]) -> float:
+    mids = sorted((it.box[1] + it.box[3]) / 2 for it in row)
+    return mids[len(mids) // 2]
+
+
+def _median_height(items: Sequence[HasBox]) -> float:
+    heights = sorted(max(1.0, it.box[3] - it.box[1]) for it in items)
+    return heights[len(heights) // 2]
+
+
+def _union(boxes: Sequence[tuple[float, float, float, float]]) -> tuple[float, float, float, float]:
+    return (
+        min(b[0] for b in boxes),
+        min(b[1] for b in boxes),
+        max(b[2] for b in boxes),
+        max(b[3] for b in boxes),
+    )
+
+
+def _rows(items: list[B], row_overlap: float) -> list[list[B]]:
     """Cluster boxes into text rows by vertical overlap, top to bottom."""
-    rows: list[list[T]] = []
+    rows: list[list[B]] = []
     spans: list[tuple[float, float]] = []
     for it in sorted(items, key=lambda it: (it.box[1] + it.box[3]) / 2):
         y0, y1 = it.box[1], it.box[3]
@@ -89,7 +260,9 @@ def _rows(items: list[T], row_overlap: float) -> list[list[T]]:
     return rows
 
 
-def _split_columns(items: list[T], rows: list[list[T]], min_gutter: float) -> list[list[T]] | None:
+def _split_columns(
+    items: list[_Unit[T]], rows: list[list[_Unit[T]]], min_gutter: float
+) -> list[list[_Unit[T]]] | None:
     """Split at the widest empty vertical gutter if it separates a real multi-row layout."""
     spans = sorted((it.box[0], it.box[2]) for it in items)
     best: tuple[float, float] | None = None  # (gap width, cut x)
@@ -109,7 +282,198 @@ def _split_columns(items: list[T], rows: list[list[T]], min_gutter: float) -> li
     rows_right = sum(1 for row in rows if any(it.box[0] >= cut for it in row))
     if rows_left < 2 or rows_right < 2:
         return None
+    # Columns stand side by side: text on the left and text on the right that do not share
+    # their heights (a caption low on one side, a list high on the other) are read top down.
+    ly0, ly1 = min(it.box[1] for it in left), max(it.box[3] for it in left)
+    ry0, ry1 = min(it.box[1] for it in right), max(it.box[3] for it in right)
+    if min(ly1, ry1) - max(ly0, ry0) < 0.5 * min(ly1 - ly0, ry1 - ry0):
+        return None
     return [left, right]
 
 
-__all__ = ["HasBox", "reading_order"]
+# -- tables ---------------------------------------------------------------------------------
+
+
+def _cells(row: Sequence[T], cell_gap: float) -> list[list[T]]:
+    """A row's boxes grouped into cells: a new cell where the gap exceeds `cell_gap` x the
+    row's text height."""
+    boxes = _sorted_x(row)
+    limit = cell_gap * _median_height(boxes)
+    cells: list[list[T]] = [[boxes[0]]]
+    reach = boxes[0].box[2]
+    for it in boxes[1:]:
+        if it.box[0] - reach > limit:
+            cells.append([it])
+        else:
+            cells[-1].append(it)
+        reach = max(reach, it.box[2])
+    return cells
+
+
+def _columns(rows: Sequence[Sequence[T]], cell_gap: float) -> list[tuple[float, float]]:
+    """Column intervals of a run of rows: the union of overlapping cell x-extents."""
+    spans = sorted(
+        (min(it.box[0] for it in c), max(it.box[2] for it in c))
+        for row in rows
+        for c in _cells(row, cell_gap)
+    )
+    cols: list[tuple[float, float]] = [spans[0]]
+    for x0, x1 in spans[1:]:
+        if x0 < cols[-1][1]:
+            cols[-1] = (cols[-1][0], max(cols[-1][1], x1))
+        else:
+            cols.append((x0, x1))
+    return cols
+
+
+def _assign(
+    row: Sequence[T], columns: list[tuple[float, float]], cell_gap: float
+) -> list[tuple[T, ...]]:
+    """The row's boxes per column (cells falling into one column are joined)."""
+    out: list[list[T]] = [[] for _ in columns]
+    for cell in _cells(row, cell_gap):
+        cx = (min(it.box[0] for it in cell) + max(it.box[2] for it in cell)) / 2
+        k = min(
+            range(len(columns)),
+            key=lambda i: (
+                0.0
+                if columns[i][0] <= cx <= columns[i][1]
+                else min(abs(cx - columns[i][0]), abs(cx - columns[i][1]))
+            ),
+        )
+        out[k].extend(cell)
+    return [tuple(_sorted_x(c)) for c in out]
+
+
+def _find_tables(
+    rows: list[list[T]], cfg: LayoutConfig, rules: RulesSource | None
+) -> list[tuple[int, int, list[tuple[float, float]]]]:
+    """(first row, last row, column intervals) of each table, top to bottom."""
+    multi = [len(_cells(row, cfg.cell_gap)) >= 2 for row in rows]
+    runs: list[tuple[int, int]] = []
+    i = 0
+    while i < len(rows):
+        if not multi[i]:
+            i += 1
+            continue
+        j = i
+        while j + 1 < len(rows) and multi[j + 1]:
+            j += 1
+        if j > i:
+            runs.append((i, j))
+        i = j + 1
+    if not runs or rules is None:
+        return []
+    tables = []
+    for first, last in runs:
+        run = rows[first : last + 1]
+        x0, y0, x1, y1 = _union([it.box for row in run for it in row])
+        pad = _median_height([it for row in run for it in row])
+        found = rules((x0 - pad, y0 - pad, x1 + pad, y1 + pad)) if callable(rules) else rules
+        columns = _columns(run, cfg.cell_gap)
+        if len(columns) < 2:
+            continue
+        # Columns most rows fill: a gutter between two real columns, not a stray box.
+        filled = [
+            sum(1 for row in run if any(c[0] <= (it.box[0] + it.box[2]) / 2 <= c[1] for it in row))
+            for c in columns
+        ]
+        if sum(1 for n in filled if 2 * n >= len(run)) < 2:
+            continue
+        if _separated(run, columns, found, cfg.rule_span):
+            tables.append((first, last, columns))
+    return tables
+
+
+def _separated(
+    run: list[list[T]], columns: list[tuple[float, float]], rules: Rules, rule_span: float
+) -> bool:
+    """Whether a drawn separator lies between two rows of the run or between two columns."""
+    x0 = min(it.box[0] for row in run for it in row)
+    x1 = max(it.box[2] for row in run for it in row)
+    need = rule_span * (x1 - x0)
+    for upper, lower in zip(run, run[1:], strict=False):
+        # Between the rows' middles: a detector reading a small picture pads its boxes, so
+        # the boxes of neighbouring rows can overlap the separator (and each other).
+        top = _middle(upper)
+        bottom = _middle(lower)
+        for y, a, b in rules.horizontal:
+            if top <= y <= bottom and min(b, x1) - max(a, x0) >= need:
+                return True
+    y_top = min(it.box[1] for it in run[0])
+    y_bottom = max(it.box[3] for it in run[-1])
+    for left, right in zip(columns, columns[1:], strict=False):
+        for x, a, b in rules.vertical:
+            if left[1] - 2 <= x <= right[0] + 2 and min(b, y_bottom) - max(a, y_top) >= 0.5 * (
+                y_bottom - y_top
+            ):
+                return True
+    return False
+
+
+def find_rules(
+    image: np.ndarray,
+    region: tuple[float, float, float, float] | None = None,
+    *,
+    min_len_px: float | None = None,
+    min_step: int = 12,
+) -> Rules:
+    """Long straight edges of an RGB (or grey) image, optionally only inside `region` (x0, y0,
+    x1, y1; segments are returned in image pixels): table rules, cell borders, the edges of row
+    stripes and header bands. An edge is a step of at least `min_step` grey levels over two
+    pixels that runs straight for at least `min_len_px` (default: a tenth of the image width
+    for horizontal, of its height for vertical edges); glyph strokes are far shorter."""
+    import cv2
+
+    h_img, w_img = image.shape[:2]
+    x0, y0, x1, y1 = (0, 0, w_img, h_img) if region is None else (int(v) for v in region)
+    x0, y0 = max(0, x0), max(0, y0)
+    x1, y1 = min(w_img, x1), min(h_img, y1)
+    if x1 - x0 < 8 or y1 - y0 < 8:
+        return Rules()
+    crop = image[y0:y1, x0:x1]
+    grey = crop if crop.ndim == 2 else cv2.cvtColor(crop, cv2.COLOR_RGB2GRAY)
+    h, w = grey.shape
+    # Two-pixel steps: a compressed video blurs a sharp edge over two rows or columns.
+    horiz: np.ndarray = np.zeros((h, w), np.uint8)
+    vert: np.ndarray = np.zeros((h, w), np.uint8)
+    horiz[1:-1] = cv2.absdiff(grey[2:], grey[:-2]) >= min_step
+    vert[:, 1:-1] = cv2.absdiff(grey[:, 2:], grey[:, :-2]) >= min_step
+    lh = max(8, round(min_len_px if min_len_px is not None else 0.1 * w_img))
+    lv = max(8, round(min_len_px if min_len_px is not None else 0.1 * h_img))
+    # Close small breaks first: where a vertical rule crosses a horizontal one, neither shows
+    # a step across the crossing.
+    horiz = cv2.morphologyEx(horiz, cv2.MORPH_CLOSE, np.ones((1, 9), np.uint8))
+    vert = cv2.morphologyEx(vert, cv2.MORPH_CLOSE, np.ones((9, 1), np.uint8))
+    horiz = cv2.morphologyEx(horiz, cv2.MORPH_OPEN, np.ones((1, lh), np.uint8))
+    vert = cv2.morphologyEx(vert, cv2.MORPH_OPEN, np.ones((lv, 1), np.uint8))
+    return Rules(
+        tuple((y + y0, a + x0, b + x0) for y, a, b in _segments(horiz, axis=0)),
+        tuple((x + x0, a + y0, b + y0) for x, a, b in _segments(vert, axis=1)),
+    )
+
+
+def _segments(mask: np.ndarray, axis: int) -> list[tuple[float, float, float]]:
+    import cv2
+
+    n, _, stats, _ = cv2.connectedComponentsWithStats(mask, connectivity=8)
+    out = []
+    for x, y, w, h, _area in stats[1:n]:
+        if axis == 0:
+            out.append((y + h / 2, float(x), float(x + w)))
+        else:
+            out.append((x + w / 2, float(y), float(y + h)))
+    return out
+
+
+__all__ = [
+    "CELL_SEPARATOR",
+    "HasBox",
+    "LayoutConfig",
+    "LayoutLine",
+    "Rules",
+    "RulesSource",
+    "find_rules",
+    "layout",
+    "reading_order",
+]

@@ -3,9 +3,12 @@
 `OcrStage` consumes `KeyFrame`s (link it with `OverloadPolicy.LATEST_ONLY` for live input: a
 newer key frame replaces a waiting one, so OCR never builds a backlog; `BLOCK` for offline runs
 that must read every slide). Per frame it asks its `ResolutionPolicy` for a plan (detector
-resolution, ROI, interval), runs the `OcrEngine` (rapidocr + onnxruntime by default) on its
-worker thread, drops junk lines, sorts the rest in reading order and emits an `ocr` EventFrame
-unless the text equals the last emitted state of the stream (tolerating small OCR noise).
+resolution, ROI, interval), raises the resolution to the floor the smallest text on the frame
+needs, runs the `OcrEngine` (rapidocr + onnxruntime by default) on its worker thread, re-reads
+low-confidence lines and empty table cells at full resolution, drops junk lines, arranges the
+rest into lines in reading order (`vision.layout`: one line per baseline, a table row's cells
+joined by " | ") and emits an `ocr` EventFrame unless the text equals the last emitted state of
+the stream (tolerating small OCR noise). docs/ocr-layout.md.
 
 Event fields: `lines` (`text`, `box` [x0, y0, x1, y1] in original frame pixels, `conf`), `text`
 (lines joined by newlines), `n_lines`, `resolution` [w, h] of the detector input, `scale`
@@ -22,9 +25,11 @@ import json
 import logging
 import re
 import time
+import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,8 +48,14 @@ from streamfuse.telemetry.metrics import ModelInfo, instruments
 from streamfuse.text import collapse_whitespace
 from streamfuse.vision.config import FixedPolicy, OcrConfig, VisionConfig
 from streamfuse.vision.frames import BBox, KeyFrame, clamp_box, clip_box
-from streamfuse.vision.layout import reading_order
+from streamfuse.vision.layout import (
+    CELL_SEPARATOR,
+    LayoutLine,
+    find_rules,
+    layout,
+)
 from streamfuse.vision.policy import FixedResolution, OcrObservation, OcrPlan, ResolutionPolicy
+from streamfuse.vision.textsize import floor_side_px, smallest_text_height_px
 
 log = logging.getLogger(__name__)
 
@@ -299,10 +310,11 @@ def same_text_state(
 
 
 def clean_lines(lines: Sequence[OcrLine], config: OcrConfig) -> list[OcrLine]:
-    """Drop junk: empty text, low confidence, specks, unsure one- or two-glyph lines."""
+    """Drop junk: empty text, low confidence, specks, unsure one- or two-glyph lines. Text is
+    NFKC-normalized (the recognizer sometimes writes full-width forms: "％" for "%")."""
     out = []
     for line in lines:
-        text = collapse_whitespace(line.text)
+        text = collapse_whitespace(unicodedata.normalize("NFKC", line.text))
         if not text or line.conf < config.min_conf:
             continue
         n_chars = len(text) - text.count(" ")
@@ -312,6 +324,50 @@ def clean_lines(lines: Sequence[OcrLine], config: OcrConfig) -> list[OcrLine]:
             continue
         out.append(OcrLine(text, line.box, line.conf))
     return out
+
+
+def join_lines(lines: Sequence[LayoutLine[OcrLine]]) -> list[OcrLine]:
+    """One `OcrLine` per layout line: boxes on one baseline joined by spaces, a table row's
+    cells joined by `CELL_SEPARATOR`; the confidence is the character-weighted mean."""
+    out = []
+    for line in lines:
+        if line.cells is None:
+            text = " ".join(it.text for it in line.items)
+        else:
+            text = CELL_SEPARATOR.join(" ".join(it.text for it in cell) for cell in line.cells)
+        out.append(OcrLine(text, line.box, _weighted_conf(line.items)))
+    return out
+
+
+def _weighted_conf(lines: Sequence[OcrLine]) -> float:
+    """Mean confidence weighted by characters (the recognizer's score is a per-line mean)."""
+    weights = [max(1, len(ln.text)) for ln in lines]
+    return sum(w * ln.conf for w, ln in zip(weights, lines, strict=True)) / sum(weights)
+
+
+def _without_overlaps(lines: Sequence[OcrLine]) -> list[OcrLine]:
+    """`lines` less each one whose box lies half or more inside a surer one's x-extent."""
+    kept: list[OcrLine] = []
+    for ln in sorted(lines, key=lambda n: -n.conf):
+        width = max(1.0, ln.box[2] - ln.box[0])
+        if all(min(ln.box[2], k.box[2]) - max(ln.box[0], k.box[0]) < 0.5 * width for k in kept):
+            kept.append(ln)
+    return kept
+
+
+def drop_stray_glyphs(lines: Sequence[OcrLine], config: OcrConfig) -> list[OcrLine]:
+    """Drop short lines (see `OcrConfig.short_line_chars`) much taller than the text around
+    them: the recognizer reading a letter into a picture region, not a giant letter."""
+    if len(lines) < 2:
+        return list(lines)
+    heights = sorted(ln.box[3] - ln.box[1] for ln in lines)
+    median = heights[len(heights) // 2]
+    limit = config.stray_glyph_height_ratio * median
+    return [
+        ln
+        for ln in lines
+        if len(ln.text.replace(" ", "")) > config.short_line_chars or ln.box[3] - ln.box[1] <= limit
+    ]
 
 
 def _center_inside(box: Box, roi: BBox) -> bool:
@@ -370,6 +426,139 @@ class OcrStage(Stage):
     def model_info(self) -> ModelInfo | None:
         return self.engine.model_info()
 
+    def _read(
+        self, image: np.ndarray, frame_wh: tuple[int, int], scale: float
+    ) -> tuple[OcrReading, float, int]:
+        """Read `image` (the frame or a region of it) at `scale` detector pixels per frame
+        pixel, raised to the rung floor the smallest text needs; then read its low-confidence
+        lines again at full resolution. Returns the reading, the scale and detector side used.
+        (Runs on the worker thread.)"""
+        c = self.config
+        long_side = max(frame_wh)
+        if c.min_text_px is not None and scale < 1.0:
+            floor = floor_side_px(
+                smallest_text_height_px(image), long_side, min_text_px=c.min_text_px
+            )
+            if floor is not None and floor > scale * long_side:
+                scale = min(1.0, floor / long_side)
+        det_side = max(32, round(max(image.shape[:2]) * scale))
+        reading = self.engine.read(image, det_side)
+        if c.reread_below_conf is not None and scale < 1.0:
+            reading = self._reread(image, reading)
+        return reading, scale, det_side
+
+    def _reread(self, image: np.ndarray, reading: OcrReading) -> OcrReading:
+        """Each low-confidence line read again at full resolution from the strip of the image
+        around it (full width: at a low rung the detector cuts a small line short or splits
+        it, so its box may miss the rest of it). The new lines on that line replace it, and
+        any other box they cover, when they are surer."""
+        c = self.config
+        low = sorted(
+            (ln for ln in reading.lines if c.min_conf <= ln.conf < (c.reread_below_conf or 0)),
+            key=lambda ln: ln.conf,
+        )[: c.max_rereads]
+        if not low:
+            return reading
+        h_img = image.shape[0]
+        lines = list(reading.lines)
+        ocr_ms = reading.ocr_ms
+        for ln in low:
+            if ln not in lines:  # replaced already by an earlier re-read
+                continue
+            x0, y0, x1, y1 = ln.box
+            pad = (y1 - y0) / 2
+            top, bottom = max(0, int(y0 - pad)), min(h_img, int(y1 + pad) + 1)
+            strip = image[top:bottom]
+            if strip.shape[0] < 8:
+                continue
+            again = self.engine.read(strip, max(strip.shape[:2]))
+            ocr_ms += again.ocr_ms
+            # Only what lies on this line and overlaps it: the strip holds its neighbours too.
+            new = [
+                n.shifted(0, top)
+                for n in again.lines
+                if y0 <= top + (n.box[1] + n.box[3]) / 2 <= y1 and n.box[0] < x1 and n.box[2] > x0
+            ]
+            if not new or _weighted_conf(new) <= ln.conf:
+                continue
+            nx0, nx1 = min(n.box[0] for n in new), max(n.box[2] for n in new)
+            covered = [
+                o
+                for o in lines
+                if o is ln
+                or (
+                    y0 <= (o.box[1] + o.box[3]) / 2 <= y1
+                    and min(o.box[2], nx1) - max(o.box[0], nx0) > 0.5 * (o.box[2] - o.box[0])
+                )
+            ]
+            at = min(lines.index(o) for o in covered)
+            lines = [o for o in lines if all(o is not x for x in covered)]
+            lines[at:at] = new
+        return OcrReading(tuple(lines), reading.resolution, ocr_ms)
+
+    def _arrange(self, lines: list[OcrLine], image: np.ndarray, tables: bool) -> list[OcrLine]:
+        """Lines in reading order, one per baseline or table row; a table's empty cells read
+        again (worker thread: the table check and the re-read look at the frame `image`)."""
+        rules = partial(find_rules, image) if tables else None
+        arranged = layout(drop_stray_glyphs(lines, self.config), self.config.layout(), rules)
+        return join_lines(self._fill_empty_cells(image, arranged))
+
+    def _fill_empty_cells(
+        self, image: np.ndarray, lines: list[LayoutLine[OcrLine]]
+    ) -> list[LayoutLine[OcrLine]]:
+        """A table cell left empty in a column that at least two other rows fill is read again
+        from a crop of that cell at full resolution: short cells ("3 %") are the ones the
+        detector misses or the short-line filter drops, and the table says text belongs there.
+        What the crop holds is kept at `min_conf`, without the short-line rule."""
+        c = self.config
+        budget = c.max_rereads
+        h_img, w_img = image.shape[:2]
+        out = []
+        for ln in lines:
+            if ln.cells is None or ln.columns is None or budget <= 0 or all(ln.cells):
+                out.append(ln)
+                continue
+            table = [o for o in lines if o.columns == ln.columns and o is not ln and o.cells]
+            cells = list(ln.cells)
+            found: list[OcrLine] = []
+            y0 = min(it.box[1] for it in ln.items)
+            y1 = max(it.box[3] for it in ln.items)
+            for k, cell in enumerate(ln.cells):
+                filled = sum(1 for o in table if o.cells and o.cells[k])
+                if cell or filled < 2 or budget <= 0:
+                    continue
+                budget -= 1
+                x0, x1 = ln.columns[k]
+                pad = (y1 - y0) / 2
+                left = ln.columns[k - 1][1] if k > 0 else x0 - 2 * pad
+                right = ln.columns[k + 1][0] if k + 1 < len(ln.columns) else x1 + 2 * pad
+                cx0, cx1 = max(0, int(left)), min(w_img, int(right) + 1)
+                cy0, cy1 = max(0, int(y0 - pad)), min(h_img, int(y1 + pad) + 1)
+                crop = image[cy0:cy1, cx0:cx1]
+                if crop.shape[0] < 8 or crop.shape[1] < 8:
+                    continue
+                again = self.engine.read(crop, max(crop.shape[:2]))
+                new = [
+                    OcrLine(unicodedata.normalize("NFKC", n.text).strip(), n.box, n.conf).shifted(
+                        cx0, cy0
+                    )
+                    for n in again.lines
+                    if n.conf >= c.min_conf
+                    and y0 <= cy0 + (n.box[1] + n.box[3]) / 2 <= y1
+                    and n.text.strip()
+                ]
+                # The crop may box one cell twice ("3%" and "%"): the surer of overlapping boxes.
+                new = _without_overlaps(new)
+                if new:
+                    cells[k] = tuple(sorted(new, key=lambda n: n.box[0]))
+                    found.extend(new)
+            if found:
+                items = tuple(sorted((*ln.items, *found), key=lambda n: n.box[0]))
+                out.append(LayoutLine(items, tuple(cells), ln.columns))
+            else:
+                out.append(ln)
+        return out
+
     async def process(self, frame: Frame) -> AsyncIterator[Frame]:
         assert isinstance(frame, KeyFrame)
         state = self._streams.setdefault(frame.stream_id, _StreamText())
@@ -389,16 +578,13 @@ class OcrStage(Stage):
         # The plan's resolution is for the whole frame; a ROI is read at the same scale, so a
         # smaller region costs proportionally less detector work.
         scale = min(1.0, plan.det_max_side_px / max(w, h))
-        det_side = max(32, round(max(roi[2] - roi[0], roi[3] - roi[1]) * scale))
-        reading = await self.run_blocking(self.engine.read, image, det_side)
+        reading, scale, det_side = await self.run_blocking(self._read, image, (w, h), scale)
         lines = clean_lines(reading.lines, self.config)
         if not full:
             lines = [ln.shifted(roi[0], roi[1]) for ln in lines]
             if plan.carry_over:
                 lines += [ln for ln in state.lines if not _center_inside(ln.box, roi)]
-        lines = reading_order(
-            lines, row_overlap=self.config.row_overlap, column_gap=self.config.column_gap_px
-        )
+        lines = await self.run_blocking(self._arrange, lines, frame.image, self.config.tables)
         state.reads += 1
         mean_conf = float(np.mean([ln.conf for ln in lines])) if lines else None
         self.policy.observe(
@@ -456,6 +642,8 @@ __all__ = [
     "OcrStage",
     "RapidOcrEngine",
     "clean_lines",
+    "drop_stray_glyphs",
+    "join_lines",
     "normalize_text",
     "same_text_state",
 ]

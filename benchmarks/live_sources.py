@@ -1,0 +1,153 @@
+"""The demo clip live through every source type on loopback, against the file run.
+
+Each source runs the whole pipeline (`--realtime`, default models) on the bundled lecture clip
+served by a real server on 127.0.0.1: HTTP with and without Range, the badly interleaved
+layout (streams stored one after the other) over HTTP without Range, HLS, fragmented MP4,
+MPEG-TS over UDP and RTSP (a sender process pushing to a listening reader). Prints OCR CER,
+ASR WER and `asr` latency p50/p95 per source with the acceptance checks (CER and WER within
+1 point of the file run, `asr` p95 within 1.3x of it); the last line is one JSON object.
+About a minute per source; timings move with the load on the machine.
+
+    python benchmarks/live_sources.py [--sources file,http-norange,udp,...] [--clip CLIP.mp4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import socket
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from streamfuse.app import StreamfuseConfig, build_pipeline, run_job
+from streamfuse.evaluation import evaluate, load_truth
+from streamfuse.sinks import CollectSink
+from streamfuse.sources import SourceConfig
+from streamfuse.testing.live import HttpServer, Pusher, free_port
+from streamfuse.testing.media import apart, fragmented, hls, spread_s
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CLIP = ROOT / "src" / "streamfuse" / "assets" / "demo" / "lecture.mp4"
+SOURCES = ("file", "http-range", "http-norange", "http-norange-apart", "hls", "fmp4", "udp", "rtsp")
+
+Setup = Callable[[Path], Any]
+
+
+@contextmanager
+def _served(root: Path, name: str, *, ranges: bool) -> Iterator[tuple[str, dict[str, Any]]]:
+    with HttpServer(root, ranges=ranges) as server:
+        yield server.url(name), {}
+
+
+@contextmanager
+def _source(kind: str, root: Path, clip: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(input URL or path, SourceConfig fields) with its server running."""
+    if kind == "file":
+        yield str(root / "clip.mp4"), {}
+    elif kind == "http-range":
+        with _served(root, "clip.mp4", ranges=True) as got:
+            yield got
+    elif kind == "http-norange":
+        with _served(root, "clip.mp4", ranges=False) as got:
+            yield got
+    elif kind == "http-norange-apart":
+        with _served(root, "apart.mp4", ranges=False) as got:
+            yield got
+    elif kind == "hls":
+        with _served(root, "hls/index.m3u8", ranges=True) as got:
+            yield got
+    elif kind == "fmp4":
+        with _served(root, "frag.mp4", ranges=False) as got:
+            yield got
+    elif kind == "udp":
+        port = free_port(socket.SOCK_DGRAM)
+        url = f"udp://127.0.0.1:{port}"
+        # UDP has no end of stream: the run ends 3 s after the last packet, as a stall.
+        with Pusher(clip, f"{url}?pkt_size=1316", format="mpegts", delay_s=2.0):
+            yield url, {"stall_timeout_s": 3.0, "reconnect_attempts": 0}
+    elif kind == "rtsp":
+        port = free_port()
+        url = f"rtsp://127.0.0.1:{port}/live"
+        with Pusher(clip, url, format="rtsp", options={"rtsp_transport": "tcp"}, delay_s=2.0):
+            yield url, {"input_options": {"rtsp_flags": "listen", "rtsp_transport": "tcp"}}
+    else:
+        raise SystemExit(f"unknown source {kind!r}; choose from {', '.join(SOURCES)}")
+
+
+async def _run(location: str, source: dict[str, Any]) -> list[dict[str, Any]]:
+    config = StreamfuseConfig(realtime=True, source=SourceConfig(**source))
+    sink = CollectSink()
+    job = await build_pipeline([location], config, [sink])
+    await run_job(job, [sink])
+    return [*sink.records, job.summary()]
+
+
+def measure(kind: str, root: Path, clip: Path, truth: Path) -> dict[str, Any]:
+    with _source(kind, root, clip) as (location, source):
+        records = asyncio.run(_run(location, source))
+    result = evaluate(load_truth(truth), records)
+    asr = result.get("latency_ms", {}).get("asr", {})
+    return {
+        "source": kind,
+        "ocr_cer": result.get("ocr_cer"),
+        "asr_wer": result.get("asr_wer"),
+        "asr_p50_ms": asr.get("p50"),
+        "asr_p95_ms": asr.get("p95"),
+        "gaps": sum(r["type"] == "gap" for r in records),
+        "errors": [r["message"] for r in records if r["type"] == "error"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sources", default=",".join(SOURCES))
+    parser.add_argument("--clip", type=Path, default=DEFAULT_CLIP)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    kinds = [k.strip() for k in args.sources.split(",") if k.strip()]
+    if "file" not in kinds:
+        kinds.insert(0, "file")  # the baseline every other source is compared with
+    truth = args.clip.with_suffix(".truth.json")
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="sf_live_") as tmp:
+        root = Path(tmp)
+        clip = root / "clip.mp4"
+        clip.write_bytes(args.clip.read_bytes())
+        apart(clip, root / "apart.mp4")
+        fragmented(clip, root / "frag.mp4")
+        hls(clip, root / "hls", segment_s=4.0)
+        print(
+            f"clip {args.clip.name}: streams {spread_s(clip):.2f} s apart in the file; "
+            f"apart.mp4 {spread_s(root / 'apart.mp4'):.1f} s",
+            file=sys.stderr,
+        )
+        for kind in kinds:
+            rows.append(measure(kind, root, clip, truth))
+            print(json.dumps(rows[-1]), file=sys.stderr)
+    base = rows[0]
+    print(f"{'source':20} {'OCR CER':>8} {'ASR WER':>8} {'asr p50':>8} {'asr p95':>8}  ok")
+    for row in rows:
+        row["ok"] = (
+            row["ocr_cer"] is not None
+            and row["asr_wer"] is not None
+            and abs(row["ocr_cer"] - base["ocr_cer"]) <= 0.01
+            and abs(row["asr_wer"] - base["asr_wer"]) <= 0.01
+            and row["asr_p95_ms"] is not None
+            and row["asr_p95_ms"] <= 1.3 * base["asr_p95_ms"]
+        )
+        cer, wer = 100 * (row["ocr_cer"] or 0), 100 * (row["asr_wer"] or 0)
+        p50, p95 = row["asr_p50_ms"] or 0, row["asr_p95_ms"] or 0
+        ok = "yes" if row["ok"] else "NO"
+        print(f"{row['source']:20} {cer:7.1f}% {wer:7.1f}% {p50:8.0f} {p95:8.0f}  {ok}")
+    print(json.dumps({"sources": rows, "all_ok": all(r["ok"] for r in rows)}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,248 @@
+"""Real servers on loopback for testing live inputs: a static HTTP server with or without Range
+support (`HttpServer`) and a feed pusher in its own process that sends a clip at wall-clock
+speed to a UDP, RTP or RTSP URL (`Pusher`; killing it is a dropped feed).
+
+Run a pusher by hand: ``python -m streamfuse.testing.live CLIP URL --format mpegts``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from http import HTTPStatus
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import av
+
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
+
+
+def free_port(kind: socket.SocketKind = socket.SOCK_STREAM) -> int:
+    """A loopback port free right now (TCP by default, `socket.SOCK_DGRAM` for UDP)."""
+    with socket.socket(socket.AF_INET, kind) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _Handler(SimpleHTTPRequestHandler):
+    """Static files; single byte ranges when the server allows them (without, it answers as
+    the standard library's handler: whole files, no `Accept-Ranges`)."""
+
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib name
+        self.server.requests.append(self.requestline)
+
+    def do_GET(self) -> None:
+        path = Path(self.translate_path(self.path))
+        if not path.is_file():
+            super().do_GET()  # listings, 404s
+            return
+        size = path.stat().st_size
+        first, last = 0, size - 1
+        header = self.headers.get("Range") if self.server.ranges else None
+        match = _RANGE.match(header.strip()) if header else None
+        if match is not None:
+            first = int(match[1]) if match[1] else max(0, size - int(match[2] or 0))
+            last = min(size - 1, int(match[2])) if match[1] and match[2] else size - 1
+            if first >= size:
+                self.send_error(HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE)
+                return
+            self.send_response(HTTPStatus.PARTIAL_CONTENT)
+            self.send_header("Content-Range", f"bytes {first}-{last}/{size}")
+        else:
+            self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", self.guess_type(str(path)))
+        self.send_header("Content-Length", str(last - first + 1))
+        if self.server.ranges:
+            self.send_header("Accept-Ranges", "bytes")
+        self.end_headers()
+        budget = self.server.take_drop()
+        with path.open("rb") as f:
+            f.seek(first)
+            remaining = last - first + 1
+            try:
+                while remaining > 0:
+                    chunk = f.read(min(remaining, 64 * 1024, budget or remaining))
+                    if not chunk:
+                        break
+                    self.wfile.write(chunk)
+                    remaining -= len(chunk)
+                    if budget is not None:
+                        budget -= len(chunk)
+                        if budget <= 0:  # the connection breaks mid-body
+                            self.wfile.flush()
+                            self.connection.shutdown(socket.SHUT_RDWR)
+                            self.close_connection = True
+                            return
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client closed the connection (it seeks by reconnecting)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    ranges = True
+    requests: list[str]
+    drop_after_bytes: int | None = None
+
+    def take_drop(self) -> int | None:
+        """Bytes the next response may send before its connection breaks (once)."""
+        budget, self.drop_after_bytes = self.drop_after_bytes, None
+        return budget
+
+
+class HttpServer:
+    """Serves the files under `root` on loopback from a thread; `ranges=False` behaves as
+    `python -m http.server` (whole files only, no seeking). `drop_after_bytes`: the first
+    response breaks off after that many bytes of its body, as a connection lost mid-download."""
+
+    def __init__(
+        self, root: str | Path, *, ranges: bool = True, drop_after_bytes: int | None = None
+    ) -> None:
+        root = str(root)
+
+        class Handler(_Handler):
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                super().__init__(*args, directory=root, **kwargs)
+
+        self._server = _Server(("127.0.0.1", 0), Handler)
+        self._server.ranges = ranges
+        self._server.requests = []
+        self._server.drop_after_bytes = drop_after_bytes
+        self.port = int(self._server.server_address[1])
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def requests(self) -> list[str]:
+        """The request lines served so far."""
+        return list(self._server.requests)
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{name}"
+
+    def __enter__(self) -> HttpServer:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class Pusher:
+    """A process that sends `clip` to `url` (muxer `format`) at wall-clock speed, from
+    `start_s` into the clip, after `delay_s`. At clip time `stop_s` the process dies (no
+    goodbye, no trailer), as a crashed sender; `kill` does the same at any moment."""
+
+    def __init__(
+        self,
+        clip: str | Path,
+        url: str,
+        *,
+        format: str,  # noqa: A002 - FFmpeg's name for it
+        start_s: float = 0.0,
+        stop_s: float | None = None,
+        options: dict[str, str] | None = None,
+        delay_s: float = 0.0,
+    ) -> None:
+        cmd = [sys.executable, "-m", "streamfuse.testing.live", str(clip), url, "--format", format]
+        cmd += ["--start", str(start_s), "--delay", str(delay_s)]
+        if stop_s is not None:
+            cmd += ["--die-at", str(stop_s)]
+        for key, value in (options or {}).items():
+            cmd += ["-o", f"{key}={value}"]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        self.proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def wait(self, timeout_s: float) -> int:
+        return self.proc.wait(timeout_s)
+
+    def __enter__(self) -> Pusher:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.kill()
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+
+def push(
+    clip: str | Path,
+    url: str,
+    *,
+    format: str,  # noqa: A002
+    start_s: float = 0.0,
+    options: dict[str, str] | None = None,
+    die_at_s: float | None = None,
+) -> None:
+    """Send `clip`'s packets (no re-encode) to `url` at wall-clock speed, from the last key
+    frame at or before `start_s`. At clip time `die_at_s` the whole process exits at once."""
+    with av.open(str(clip)) as inp, av.open(url, "w", format=format, options=options or {}) as out:
+        mapping = {s.index: out.add_stream_from_template(s) for s in inp.streams}
+        if start_s > 0:
+            inp.seek(int(start_s * av.time_base))
+        t0_wall: float | None = None
+        t0_media = 0.0
+        for packet in inp.demux():
+            if packet.dts is None:
+                continue
+            t = float(packet.dts * packet.time_base)
+            if die_at_s is not None and t >= die_at_s:
+                os._exit(0)  # a crashed sender: nothing more, not even the muxer's goodbye
+            if t0_wall is None:
+                t0_wall, t0_media = time.monotonic(), t
+            due = t0_wall + (t - t0_media)
+            if due > time.monotonic():
+                time.sleep(due - time.monotonic())
+            packet.stream = mapping[packet.stream.index]
+            out.mux(packet)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Send a clip to a URL at wall-clock speed.")
+    parser.add_argument("clip")
+    parser.add_argument("url")
+    parser.add_argument("--format", required=True, help="FFmpeg muxer: mpegts, rtsp, rtp_mpegts")
+    parser.add_argument("--start", type=float, default=0.0, help="start this far into the clip")
+    parser.add_argument("--delay", type=float, default=0.0, help="wait this long first")
+    parser.add_argument("--die-at", type=float, help="exit at once at this clip time")
+    parser.add_argument("-o", action="append", default=[], help="muxer option key=value")
+    args = parser.parse_args(argv)
+    time.sleep(args.delay)
+    options = dict(o.split("=", 1) for o in args.o)
+    push(
+        args.clip,
+        args.url,
+        format=args.format,
+        start_s=args.start,
+        options=options,
+        die_at_s=args.die_at,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
+
+
+__all__ = ["HttpServer", "Pusher", "free_port", "push"]
