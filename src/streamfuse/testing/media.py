@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import av
 
 
 def remux(src: str | Path, dst: str | Path, *, video: bool = True, audio: bool = True) -> Path:
     """Copy `src` to `dst` keeping only the chosen streams (no re-encode)."""
-    with av.open(str(src)) as inp, av.open(str(dst), "w") as out:
-        mapping = {}
-        for s in inp.streams:
-            if (s.type == "video" and video) or (s.type == "audio" and audio):
-                mapping[s.index] = out.add_stream_from_template(s)
-        for packet in inp.demux(*(inp.streams[i] for i in mapping)):
-            if packet.dts is None:
-                continue
-            packet.stream = mapping[packet.stream.index]
-            out.mux(packet)
-    return Path(dst)
+    return _copy(
+        src, dst, keep=lambda s: (s.type == "video" and video) or (s.type == "audio" and audio)
+    )
 
 
 def truncate(src: str | Path, dst: str | Path, fraction: float) -> Path:
@@ -31,33 +25,15 @@ def truncate(src: str | Path, dst: str | Path, fraction: float) -> Path:
 
 def faststart(src: str | Path, dst: str | Path) -> Path:
     """Remux with the index at the front, as streamed files are, so a cut copy still opens."""
-    with (
-        av.open(str(src)) as inp,
-        av.open(str(dst), "w", format="mp4", options={"movflags": "faststart"}) as out,
-    ):
-        mapping = {s.index: out.add_stream_from_template(s) for s in inp.streams}
-        for packet in inp.demux():
-            if packet.dts is None:
-                continue
-            packet.stream = mapping[packet.stream.index]
-            out.mux(packet)
-    return Path(dst)
+    return _copy(src, dst, format="mp4", options={"movflags": "faststart"})
 
 
 def interleave(src: str | Path, dst: str | Path, *, options: dict[str, str] | None = None) -> Path:
     """Remux `src` with every stream's packets stored in time order (no re-encode), so a
     reader that cannot seek finds audio and video of the same moment together."""
-    with av.open(str(src)) as inp:
-        packets = [p for p in inp.demux() if p.dts is not None]
-        fmt = "mp4" if str(dst).endswith(".mp4") else None
-        opts = options if options is not None else ({"movflags": "+faststart"} if fmt else {})
-        with av.open(str(dst), "w", format=fmt, options=opts) as out:
-            mapping = {s.index: out.add_stream_from_template(s) for s in inp.streams}
-            packets.sort(key=lambda p: (_time_s(p), p.stream.index))
-            for packet in packets:
-                packet.stream = mapping[packet.stream.index]
-                out.mux(packet)
-    return Path(dst)
+    fmt = "mp4" if str(dst).endswith(".mp4") else None
+    opts = options if options is not None else ({"movflags": "+faststart"} if fmt else {})
+    return _copy(src, dst, format=fmt, options=opts, order=lambda p: (_time_s(p), p.stream.index))
 
 
 def fragmented(src: str | Path, dst: str | Path) -> Path:
@@ -71,19 +47,8 @@ def hls(src: str | Path, out_dir: str | Path, *, segment_s: float = 2.0) -> Path
     playlist (`index.m3u8`). Segments are cut at key frames."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    playlist = out_dir / "index.m3u8"
     options = {"hls_time": str(segment_s), "hls_list_size": "0", "hls_playlist_type": "vod"}
-    with (
-        av.open(str(src)) as inp,
-        av.open(str(playlist), "w", format="hls", options=options) as out,
-    ):
-        mapping = {s.index: out.add_stream_from_template(s) for s in inp.streams}
-        for packet in inp.demux():
-            if packet.dts is None:
-                continue
-            packet.stream = mapping[packet.stream.index]
-            out.mux(packet)
-    return playlist
+    return _copy(src, out_dir / "index.m3u8", format="hls", options=options)
 
 
 def spread_s(path: str | Path) -> float:
@@ -107,26 +72,44 @@ def spread_s(path: str | Path) -> float:
 def apart(src: str | Path, dst: str | Path) -> Path:
     """Remux `src` as MP4 with each stream stored whole, one after the other (no re-encode):
     the worst interleaving, which a reader that cannot seek must survive."""
-    with av.open(str(src)) as inp:
-        packets = [p for p in inp.demux() if p.dts is not None]
-        # A tiny interleave window makes the muxer write packets in the order given.
-        options = {"movflags": "+faststart", "max_interleave_delta": "1"}
-        with av.open(str(dst), "w", format="mp4", options=options) as out:
-            mapping = {s.index: out.add_stream_from_template(s) for s in inp.streams}
-            packets.sort(key=lambda p: (p.stream.index, _time_s(p)))
-            for packet in packets:
-                packet.stream = mapping[packet.stream.index]
-                out.mux(packet)
-    return Path(dst)
+    # A tiny interleave window makes the muxer write packets in the order given.
+    options = {"movflags": "+faststart", "max_interleave_delta": "1"}
+    return _copy(
+        src, dst, format="mp4", options=options, order=lambda p: (p.stream.index, _time_s(p))
+    )
 
 
 def cut(src: str | Path, dst: str | Path, end_s: float) -> Path:
     """The first `end_s` seconds of `src` (packets before it, no re-encode)."""
-    with av.open(str(src)) as inp, av.open(str(dst), "w") as out:
-        mapping = {s.index: out.add_stream_from_template(s) for s in inp.streams}
-        for packet in inp.demux():
-            if packet.dts is None or float(packet.dts * packet.time_base) >= end_s:
-                continue
+    return _copy(src, dst, end_s=end_s)
+
+
+def _copy(
+    src: str | Path,
+    dst: str | Path,
+    *,
+    format: str | None = None,
+    options: dict[str, str] | None = None,
+    keep: Callable[[Any], bool] | None = None,
+    order: Callable[[av.Packet], tuple[float, float]] | None = None,
+    end_s: float | None = None,
+) -> Path:
+    """Stream-copy `src` to `dst` (no re-encode): the streams `keep` accepts, the packets
+    before `end_s`, in demux order or sorted by `order`."""
+    with (
+        av.open(str(src)) as inp,
+        av.open(str(dst), "w", format=format, options=options or {}) as out,
+    ):
+        streams = [s for s in inp.streams if keep is None or keep(s)]
+        mapping = {s.index: out.add_stream_from_template(s) for s in streams}
+        packets: Iterable[av.Packet] = (
+            p
+            for p in inp.demux(*streams)
+            if p.dts is not None and (end_s is None or _time_s(p) < end_s)
+        )
+        if order is not None:
+            packets = sorted(packets, key=order)
+        for packet in packets:
             packet.stream = mapping[packet.stream.index]
             out.mux(packet)
     return Path(dst)
