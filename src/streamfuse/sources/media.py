@@ -50,6 +50,9 @@ _MAX_BAD_READS = 20
 _DEVICES = {"v4l2": ("video4linux2", "v4l2"), "alsa": ("alsa",), "pulse": ("pulse",)}
 
 
+_MAX_PLAUSIBLE_FPS = 240.0
+
+
 def is_url(location: str) -> bool:
     return bool(_URL.match(location))
 
@@ -153,14 +156,15 @@ class MediaSource(Source):
             raise SourceError(f"no audio or video stream in {loc}")
         # Inputs without a duration over HTTP (MPEG-TS streams, live HLS, fragmented MP4)
         # are paced like files when asked: only these protocols and devices pace themselves.
-        self.live = _scheme(loc) in _LIVE_SCHEMES or self._device() is not None
+        self.live = self._is_live()
         if c.duration and not self.live:
             self.duration_s = c.duration / av.time_base
         self._origin_s = c.start_time / av.time_base if c.start_time is not None else 0.0
         if self.has_video:
             vs = c.streams.video[0]
             rate = vs.average_rate or vs.guessed_rate
-            self.fps = float(rate) if rate else 30.0
+            # Above this a rate is a timebase guess (WebM's 1 kHz from a browser), not a rate.
+            self.fps = float(rate) if rate and rate <= _MAX_PLAUSIBLE_FPS else 30.0
             self.video_size = (vs.codec_context.width, vs.codec_context.height)
         log.info(
             "opened %s: video=%s audio=%s duration=%s live=%s",
@@ -170,6 +174,11 @@ class MediaSource(Source):
             self.duration_s,
             self.live,
         )
+
+    def _is_live(self) -> bool:
+        """The input paces itself (a network feed or a device): no duration, no seeking,
+        frames arrive when decoded, a damaged packet is skipped rather than fatal."""
+        return _scheme(self.location) in _LIVE_SCHEMES or self._device() is not None
 
     def _device(self) -> tuple[str, str] | None:
         """(device name, FFmpeg input format) for a capture device input, else None."""

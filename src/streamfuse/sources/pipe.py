@@ -22,9 +22,6 @@ from streamfuse.errors import SourceError, StreamfuseError
 from streamfuse.frames import Frame
 from streamfuse.sources.media import MediaSource, _reason
 
-#: A frame rate above this is a container's timebase guess (WebM's 1 kHz), not a real rate.
-_MAX_PLAUSIBLE_FPS = 240.0
-
 
 class IngestOverflow(StreamfuseError):
     """The decoder fell too far behind the bytes pushed in."""
@@ -133,11 +130,8 @@ class PipeSource(MediaSource):
                 f"({_reason(e)}; send WebM, MPEG-TS or fragmented MP4)"
             ) from e
 
-    def _inspect(self) -> None:
-        super()._inspect()
-        if self.fps is not None and self.fps > _MAX_PLAUSIBLE_FPS:
-            self.fps = 30.0
-        self.duration_s = None  # live: whatever the header claims
+    def _is_live(self) -> bool:
+        return True  # pushed as it happens: whatever duration the header claims
 
     async def close(self) -> None:
         self.pipe.end()
