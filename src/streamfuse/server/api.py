@@ -234,15 +234,15 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
             return
 
         async def on_bytes(data: bytes) -> str | None:
-            if len(data) > config.max_message_bytes:
-                return _too_big(len(data), config.max_message_bytes)
             try:
                 await session.feed_media(data)
             except StreamfuseError as e:  # `IngestOverflow` (too far ahead), input ended
                 return str(e)
             return None
 
-        problem = await _receive_loop(ws, on_bytes=on_bytes, on_text=_media_control)
+        problem = await _receive_loop(
+            ws, config.max_message_bytes, on_bytes=on_bytes, on_text=_media_control
+        )
         if problem is not None:
             code, reason = problem
             session.note_error("media", f"media input closed: {reason}")
@@ -261,8 +261,6 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
             return
 
         async def on_text(message: str) -> str | None:
-            if len(message.encode()) > config.max_message_bytes:
-                return _too_big(len(message.encode()), config.max_message_bytes)
             parsed = _parse_text(message)
             if isinstance(parsed, str):
                 return parsed
@@ -277,7 +275,9 @@ def create_app(config: ServeConfig | None = None) -> FastAPI:
         async def on_bytes(data: bytes) -> str | None:
             return "binary message on the text stream: send JSON or plain text"
 
-        problem = await _receive_loop(ws, on_bytes=on_bytes, on_text=on_text)
+        problem = await _receive_loop(
+            ws, config.max_message_bytes, on_bytes=on_bytes, on_text=on_text
+        )
         if problem is not None:
             code, reason = problem
             session.note_error("text", f"text input closed: {reason}")
@@ -302,24 +302,25 @@ async def _media_control(message: str) -> str | None:
 
 
 async def _receive_loop(
-    ws: WebSocket, *, on_bytes: Handler, on_text: Handler
+    ws: WebSocket, max_bytes: int, *, on_bytes: Handler, on_text: Handler
 ) -> tuple[int, str] | None:
-    """Feed each message to its handler until the client closes (None), a handler returns
-    a problem (close code, reason) or `""` (a normal end)."""
+    """Feed each message to its handler until the client closes (None), a message is over
+    `max_bytes` (1009), a handler names a problem (1007 with it) or returns `""` (a normal
+    end). Returns the close code and reason of a problem."""
     while True:
         message = await ws.receive()
         if message["type"] == "websocket.disconnect":
             return None
-        if message.get("bytes") is not None:
-            problem = await on_bytes(message["bytes"])
-        else:
-            problem = await on_text(message.get("text") or "")
+        data, text = message.get("bytes"), message.get("text") or ""
+        size = len(data) if data is not None else len(text.encode())
+        if size > max_bytes:
+            return WS_TOO_BIG, _too_big(size, max_bytes)
+        problem = await (on_bytes(data) if data is not None else on_text(text))
         if problem == "":
             await _close(ws, 1000, "input ended")
             return None
         if problem is not None:
-            too_big = problem.startswith("message of")
-            return (WS_TOO_BIG if too_big else WS_BAD_DATA), problem
+            return WS_BAD_DATA, problem
 
 
 def _parse_text(message: str) -> TextMessage | str:
