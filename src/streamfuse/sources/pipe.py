@@ -70,10 +70,6 @@ class BytePipe(io.RawIOBase):
             self._ended = True
             self._cond.notify_all()
 
-    @property
-    def ended(self) -> bool:
-        return self._ended
-
     # -- reader side (decoder thread) -----------------------------------------------------
     def readable(self) -> bool:
         return True

@@ -32,7 +32,6 @@ class TextSource(Source):
         self.clock = clock or (lambda: now_wall() - t0)
         self.max_pending = max_pending
         self._queue: asyncio.Queue[list[Frame] | None] = asyncio.Queue()
-        self.received = 0
 
     def put(
         self, text: str, *, author: str | None = None, kind: str = "chat", ask: bool = False
@@ -52,7 +51,6 @@ class TextSource(Source):
                 TextFrame(stream_id=self.stream_id, t_media=t, t_end=t, arrival_wall=now, text=text)
             )
         self._queue.put_nowait(frames)
-        self.received += 1
 
     def end(self) -> None:
         self._queue.put_nowait(None)
