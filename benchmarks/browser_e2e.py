@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -52,6 +51,7 @@ from streamfuse.testing.browser import (
     fake_capture,
     run_live_session,
 )
+from streamfuse.testing.live import free_port
 from streamfuse.testing.machine import cpu_description
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,12 +118,6 @@ def file_run(clip: Path, out: Path, load: FakeCapture | None) -> list[dict[str, 
 
 def _raw(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 120.0) -> None:

@@ -28,7 +28,6 @@ import json
 import os
 import platform
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,17 +37,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from streamfuse.testing.live import free_port
 from streamfuse.testing.machine import cpu_description
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_INPUT = ROOT / "src" / "streamfuse" / "assets" / "demo" / "lecture.mp4"  # package data
 SCRAPE_EVERY_S = 5.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def percentile(values: list[float], q: float) -> float:

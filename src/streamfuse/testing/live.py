@@ -28,10 +28,11 @@ import av
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 
 
-def free_port(kind: socket.SocketKind = socket.SOCK_STREAM) -> int:
-    """A loopback port free right now (TCP by default, `socket.SOCK_DGRAM` for UDP)."""
+def free_port(kind: socket.SocketKind = socket.SOCK_STREAM, host: str = "127.0.0.1") -> int:
+    """A port free on `host` right now (TCP by default, `socket.SOCK_DGRAM` for UDP; another
+    process may take it before it is bound)."""
     with socket.socket(socket.AF_INET, kind) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 

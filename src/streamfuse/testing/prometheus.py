@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any, Self
 
 from streamfuse.errors import StreamfuseError
+from streamfuse.testing.live import free_port
 
 
 class PrometheusError(StreamfuseError):
@@ -35,13 +35,6 @@ def find_prometheus() -> str | None:
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     return "/usr/bin/prometheus" if os.access("/usr/bin/prometheus", os.X_OK) else None
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on `host` now (another process may take it before it is bound)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 class PrometheusServer:
