@@ -107,6 +107,38 @@ async def _run(
     return collect.records, summary
 
 
+async def _run_ray(
+    inputs: list[str], config: Any, out_path: Path | None, address: str
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """`run --ray`: the streams on a Ray cluster, their events into this process's sinks."""
+    from streamfuse.scale import RayConfig, run_on_ray
+    from streamfuse.sinks import CollectSink, JsonlSink
+
+    collect = CollectSink()
+    jsonl = JsonlSink(out_path) if out_path else None
+    sinks: list[Any] = [collect] + ([jsonl] if jsonl else [])
+    try:
+        report = await run_on_ray(inputs, config, sinks, RayConfig(address=address))
+    finally:
+        if jsonl:
+            jsonl.close()
+    table = Table(title=f"Ray: {report.nodes} node(s), {report.wall_s:.1f} s")
+    for column in ("stream", "nodes", "restarts", "events", "replayed", "media s", "problem"):
+        table.add_column(column)
+    for run in report.streams:
+        table.add_row(
+            run.stream_id,
+            " -> ".join(n[:8] for n in run.nodes),
+            str(run.restarts),
+            str(run.events),
+            str(run.skipped),
+            f"{run.committed_s:.1f}",
+            run.error or "",
+        )
+    out.print(table)
+    return collect.records, report.summary
+
+
 # The telemetry options of every command that runs a pipeline (`_telemetry_options` reads them).
 OtlpOption = Annotated[
     bool | None,
@@ -203,6 +235,17 @@ def run(
             "(source.stall_timeout_s, default 5).",
         ),
     ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Run each input's branch on a Ray cluster: `local` (start one here), `auto` "
+            "(the cluster this machine joined with `ray start`) or the head's HOST:PORT. A "
+            "stream whose node dies restarts on another node (needs `pip install "
+            "streamfuse[scale]`).",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run media inputs through the pipeline and print / write the live timeline."""
@@ -221,6 +264,7 @@ def run(
         ask=ask,
         telemetry=_telemetry_options(otlp, prometheus_port, trace_ratio),
         source=_source_options(input_option, reconnect_attempts, stall_timeout_s),
+        ray_address=ray_address,
     )
     raise typer.Exit(code)
 
@@ -298,6 +342,7 @@ def _run_main(
     ask: str | None = None,
     telemetry: dict[str, Any] | None = None,
     source: dict[str, Any] | None = None,
+    ray_address: str | None = None,
 ) -> int:
     from pydantic import ValidationError
 
@@ -324,7 +369,14 @@ def _run_main(
         raise _fail(f"invalid option: {e.errors()[0]['msg']}") from None
     show_live = out.is_terminal if live is None else live
     try:
-        records, _ = asyncio.run(_run(inputs, config, out_path, show_live))
+        if ray_address is not None:
+            try:
+                import ray  # noqa: F401
+            except ImportError:
+                raise _fail("--ray needs Ray: pip install 'streamfuse[scale]'") from None
+            records, _ = asyncio.run(_run_ray(inputs, config, out_path, ray_address))
+        else:
+            records, _ = asyncio.run(_run(inputs, config, out_path, show_live))
     except StreamfuseError as e:
         raise _fail(str(e)) from None
     # Only the error records need parsing (a run has hundreds of others).

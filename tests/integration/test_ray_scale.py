@@ -39,6 +39,19 @@ def cluster() -> Iterator[Any]:
         nodes.shutdown()
 
 
+class _SpeechWatch(CollectSink):
+    """Collects records and tells when the first committed speech arrived."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first_speech = asyncio.Event()
+
+    def write(self, record: dict[str, Any]) -> None:
+        super().write(record)
+        if record["type"] == "asr":
+            self.first_speech.set()
+
+
 def _words(records: list[dict[str, Any]], stream_id: str) -> list[str]:
     """The committed words of one stream, in order, compared without case or punctuation."""
     out = []
@@ -65,12 +78,11 @@ def _local(config: StreamfuseConfig) -> list[dict[str, Any]]:
 def test_streams_survive_a_node_killed_mid_run(cluster: Any) -> None:
     config = StreamfuseConfig()
     reference = _local(config)
-    collect = CollectSink()
+    collect = _SpeechWatch()
     victim = cluster.list_all_nodes()[-1]
 
     async def kill_after_first_speech() -> None:
-        while not any(r["type"] == "asr" for r in collect.records):
-            await asyncio.sleep(0.05)
+        await collect.first_speech.wait()
         cluster.remove_node(victim)
 
     async def main() -> Any:

@@ -278,7 +278,7 @@ class _Cluster:
 
         if not ray.is_initialized():
             address = None if self.config.address == "local" else self.config.address
-            kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING}
+            kwargs: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.ERROR}
             if address is None:
                 kwargs["include_dashboard"] = False
             try:
