@@ -474,18 +474,106 @@ def _print_scores(result: dict[str, Any]) -> None:
 
 @app.command("eval")
 def eval_cmd(
-    events: Annotated[Path, typer.Argument(help="Events JSON Lines from `streamfuse run --out`.")],
-    truth: Annotated[Path, typer.Option("--truth", help="Ground truth JSON.")],
+    events: Annotated[
+        Path,
+        typer.Argument(
+            help="Events JSON Lines from `streamfuse run --out`; or a folder of media files, "
+            "each with NAME.truth.json beside it: run and score the whole set."
+        ),
+    ],
+    truth: Annotated[
+        Path | None, typer.Option("--truth", help="Ground truth JSON (for an events file).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    realtime: Annotated[
+        bool, typer.Option(help="A set's items run at live speed (as deployed).")
+    ] = True,
+    asr_model: Annotated[str, typer.Option(help="A set's ASR model.")] = "tiny.en",
+    split: Annotated[
+        list[str] | None, typer.Option(help="Only the set's items of this split (repeatable).")
+    ] = None,
+    events_dir: Annotated[
+        Path | None, typer.Option("--events-dir", help="Keep each set item's events here.")
+    ] = None,
 ) -> None:
-    """Score a run against ground truth: OCR CER, ASR WER, latency per event type, RTF."""
+    """Score a run against ground truth: OCR CER, ASR WER, latency per event type, RTF; or run
+    and score a whole evaluation set (per-item rows, pooled figures per split)."""
     _setup_logging(False)
+    if events.is_dir():
+        _eval_set(events, realtime, asr_model, split, events_dir, as_json)
+        return
+    if truth is None:
+        raise _fail(f"{events}: scoring an events file needs --truth TRUTH.json")
     result = _score(truth, events)
     if as_json:
         slim = {k: v for k, v in result.items() if k not in ("ocr_slides", "asr_hyp")}
         typer.echo(json.dumps(slim))
     else:
         _print_scores(result)
+
+
+def _eval_set(
+    root: Path,
+    realtime: bool,
+    asr_model: str,
+    splits: list[str] | None,
+    events_dir: Path | None,
+    as_json: bool,
+) -> None:
+    from streamfuse.app import StreamfuseConfig
+    from streamfuse.evalset import EvalItem, evaluate_set, find_items
+
+    try:
+        items = find_items(root)
+    except StreamfuseError as e:
+        raise _fail(str(e)) from None
+    if splits:
+        items = [i for i in items if i.split in splits]
+        if not items:
+            raise _fail(f"{root}: no items of split {', '.join(splits)}")
+    config = StreamfuseConfig(realtime=realtime, asr_config={"model": asr_model})
+
+    def progress(item: EvalItem, row: dict[str, Any]) -> None:
+        err.print(
+            f"{item.split}/{item.name}: CER {_fmt(row['ocr_cer'], pct=True)} "
+            f"WER {_fmt(row['asr_wer'], pct=True)}",
+            highlight=False,
+        )
+
+    result = asyncio.run(evaluate_set(items, config, events_dir=events_dir, progress=progress))
+    if as_json:
+        typer.echo(json.dumps({"items": result.rows, "splits": result.splits}))
+        return
+    rows = Table(title=f"{root}: {len(items)} items", title_justify="left")
+    for column in ("split", "item", "OCR CER", "ASR WER", "word p95 ms", "RTF", "errors"):
+        rows.add_column(column)
+    for row in result.rows:
+        rows.add_row(
+            row["split"],
+            row["name"],
+            _fmt(row["ocr_cer"], pct=True),
+            _fmt(row["asr_wer"], pct=True),
+            _fmt(row.get("word_p95_ms")),
+            _fmt(row["rtf"]),
+            str(len(row["errors"])),
+        )
+    out.print(rows)
+    pooled = Table(title="pooled per split", title_justify="left")
+    for column in ("split", "items", "OCR CER", "ASR WER", "ocr p95 ms", "word p50 / p95 ms"):
+        pooled.add_column(column)
+    for name, agg in result.splits.items():
+        words = (
+            f"{agg['word_ms_p50']:.0f} / {agg['word_ms_p95']:.0f}" if "word_ms_p95" in agg else "-"
+        )
+        pooled.add_row(
+            name,
+            str(agg["items"]),
+            _fmt(agg["ocr_cer"], pct=True),
+            _fmt(agg["asr_wer"], pct=True),
+            _fmt(agg.get("ocr_ms_p95")),
+            words,
+        )
+    out.print(pooled)
 
 
 @app.command()

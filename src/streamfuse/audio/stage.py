@@ -60,8 +60,9 @@ class AsrStage(Stage):
         super().__init__(name or "asr", threads=1)
         self.config = config or AsrConfig()
         #: Live (paced) input: interim updates as audio arrives, skipped while behind. Offline
-        #: (as fast as the input decodes) the updates follow media time only, so a rerun of
-        #: the same input commits the same words however busy the machine is.
+        #: (as fast as the input decodes) every update runs on its media-time schedule: the
+        #: words a live run on an idle machine commits, the same on every rerun however busy
+        #: the machine is.
         self.live = live
         #: Text read on screen (fed by an observer of `ocr` events): primes recognition.
         self.screen_terms = screen_terms
@@ -138,14 +139,7 @@ class AsrStage(Stage):
             self._keep_context()  # silence: no inference
             return
         cfg = self.config
-        if not self.live:
-            # Offline nobody waits for a partial: one full pass per `trim_after_s` of audio
-            # keeps the buffer bounded, the utterance end commits the rest.
-            if self._buf_end - self._last_update_end >= cfg.trim_after_s:
-                async for out in self._update():
-                    yield out
-            return
-        if self.backlog > 0:
+        if self.live and self.backlog > 0:
             return  # behind: coalesce the queued audio into the next inference
         # While a pause is starting, wait for the pause update instead: a regular update
         # running then would delay the one the utterance-end commit reuses.
