@@ -577,6 +577,81 @@ def _eval_set(
 
 
 @app.command()
+def bench(
+    platform: Annotated[
+        bool,
+        typer.Option(
+            "--platform",
+            help="The platform report: mean end-to-end latency, the most concurrent live "
+            "streams within the budget (found by ramping), power and energy, CPU/GPU, versions.",
+        ),
+    ] = False,
+    clip: Annotated[
+        Path | None, typer.Option(help="Clip the streams play (default: the bundled demo clip).")
+    ] = None,
+    clip_s: Annotated[float, typer.Option(help="Seconds of the clip each step plays.")] = 20.0,
+    budget_s: Annotated[
+        float, typer.Option(help="p95 event latency (and end lag) a step must stay within.")
+    ] = 2.0,
+    max_streams: Annotated[int, typer.Option(help="Stop the ramp here.")] = 8,
+    as_json: Annotated[bool, typer.Option("--json", help="End with one JSON line.")] = False,
+) -> None:
+    """Measure what this machine sustains (`--platform`; docs/platform.md)."""
+    from streamfuse.assets import demo_files
+    from streamfuse.platform_report import Step, platform_report
+
+    _setup_logging(False)
+    if not platform:
+        raise _fail("choose what to measure: --platform")
+    if clip_s <= 0 or budget_s <= 0 or max_streams < 1:
+        raise _fail("--clip-s and --budget-s must be positive, --max-streams at least 1")
+
+    def progress(step: Step) -> None:
+        verdict = "within budget" if step.within_budget else "over budget"
+        err.print(
+            f"{step.streams} stream(s): latency mean {step.latency_mean_ms:.0f} ms, "
+            f"p95 {step.latency_p95_ms:.0f} ms, end lag {step.end_lag_s:.1f} s, "
+            f"{step.watts:.0f} W: {verdict}",
+            highlight=False,
+        )
+
+    with demo_files() as files:
+        path = clip or files.clip
+        if not path.is_file():
+            raise _fail(f"clip not found: {path}")
+        try:
+            report = asyncio.run(
+                platform_report(
+                    path,
+                    budget_s=budget_s,
+                    max_streams=max_streams,
+                    clip_s=clip_s,
+                    progress=progress,
+                )
+            )
+        except StreamfuseError as e:
+            raise _fail(str(e)) from None
+    result = report.to_json()
+    table = Table(title=f"platform: {result['machine']['cpu']}", title_justify="left")
+    for column in ("platform", "mean latency", "streams within budget", "power", "energy"):
+        table.add_column(column)
+    machine = result["machine"]
+    table.add_row(
+        f"this machine ({machine['cores']} cores, GPU: {machine['gpu'] or '-'})",
+        f"{result['mean_latency_ms']:.0f} ms (p95 {result['p95_latency_ms']:.0f})",
+        f"{result['max_streams']} (p95 <= {budget_s:g} s)",
+        f"{result['watts_at_max']} W" if result["watts_at_max"] is not None else "-",
+        f"{result['joules_per_stream_minute']} J per stream-minute"
+        if result["joules_per_stream_minute"] is not None
+        else "-",
+    )
+    out.print(table)
+    out.print(f"energy: {result['energy_note']}; models: {', '.join(result['models'])}")
+    if as_json:
+        typer.echo(json.dumps(result))
+
+
+@app.command()
 def serve(
     host: Annotated[
         str, typer.Option(help="Address to listen on (0.0.0.0 opens it to the network).")
