@@ -269,7 +269,14 @@ async def build_pipeline(
                 # Slide-aware ASR: the stream's `ocr` events reach its ASR stage by observation.
                 screen = ScreenTerms(stream_id, window_s=asr_config.prime_window_s)
                 pipeline.observe(screen)
-            asr = AsrStage(asr_config, screen_terms=screen, name=f"asr:{stream_id}")
+            # A file read as fast as possible commits at utterance ends only, so reruns (and
+            # `--resume`) repeat the same commits and event ids.
+            asr = AsrStage(
+                asr_config,
+                screen_terms=screen,
+                name=f"asr:{stream_id}",
+                interim_updates=config.realtime or source.live,
+            )
             pipeline.link(source, asr, maxsize=config.audio_queue)
             branch_ends.append(asr)
         elif config.asr:
@@ -314,7 +321,7 @@ async def run_job(job: Job, sinks: list[EventSink]) -> None:
     """Run the job; warnings raised while building are written to the sinks first."""
     for warning in job.warnings:
         for sink in sinks:
-            sink.write(warning.to_record())
+            sink.emit(warning.to_record())
     job.wall_start_s = now_wall()
     job.cpu_start_s = _cpu_s()
     try:

@@ -99,7 +99,7 @@ async def _run(
     finally:
         summary = job.summary()
         if jsonl:
-            jsonl.write(summary)
+            jsonl.emit(summary)
             jsonl.close()
         telemetry.shutdown()  # flush every exporter (nothing when telemetry is off)
     if not live:

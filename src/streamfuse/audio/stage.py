@@ -55,9 +55,14 @@ class AsrStage(Stage):
         vad: SileroVad | None = None,
         screen_terms: ScreenTerms | None = None,
         name: str | None = None,
+        interim_updates: bool = True,
     ) -> None:
         super().__init__(name or "asr", threads=1)
         self.config = config or AsrConfig()
+        #: Re-transcribe during speech when not behind (live input). Off for a file read as
+        #: fast as possible: whether the stage is behind there is a race with the decoder, so
+        #: interim commits would differ run to run; commits then come at utterance ends only.
+        self.interim_updates = interim_updates
         #: Text read on screen (fed by an observer of `ocr` events): primes recognition.
         self.screen_terms = screen_terms
         self._transcriber = transcriber
@@ -132,7 +137,7 @@ class AsrStage(Stage):
         if self._speech_start is None:
             self._keep_context()  # silence: no inference
             return
-        if self.backlog > 0:
+        if self.backlog > 0 or not self.interim_updates:
             return  # behind: coalesce the queued audio into the next inference
         cfg = self.config
         # While a pause is starting, wait for the pause update instead: a regular update
