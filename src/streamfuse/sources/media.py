@@ -504,6 +504,7 @@ class MediaSource(Source):
         audio_t0: float | None = None
         n_samples = 0
         n_video = 0
+        decoded_video_t = -math.inf
         mapped = False
         try:
             for packet in self._packets(c, streams):
@@ -517,6 +518,7 @@ class MediaSource(Source):
                             if decoded.time is not None
                             else self._last_video_t + 1.0 / fps
                         )
+                        decoded_video_t = max(decoded_video_t, t)
                         yield VideoFrame(
                             stream_id=self.stream_id,
                             t_media=max(0.0, t),
@@ -550,7 +552,13 @@ class MediaSource(Source):
                 raise _Dropped(f"connection lost: {_reason(e)}") from e
             where = f"after {n_video} video frames and {audio_s:.2f} s of audio"
             raise MediaDecodeError(f"{self.location}: decoding failed {where}: {_reason(e)}") from e
-        last_t = max(self._last_video_t, (audio_t0 or 0.0) + n_samples / AUDIO_SAMPLE_RATE_HZ)
+        # The decoded end, not what has left `frames` yet: up to `lookahead_s` of frames may
+        # still wait there (a file whose sound ends early looked truncated).
+        last_t = max(
+            self._last_video_t,
+            decoded_video_t,
+            (audio_t0 or 0.0) + n_samples / AUDIO_SAMPLE_RATE_HZ,
+        )
         if self.duration_s and last_t < self.duration_s - 1.0:
             if self.reconnectable:
                 raise _Dropped(f"ended early at {last_t:.1f} s of {self.duration_s:.1f} s")
@@ -692,10 +700,22 @@ class MonoResampler:
 
     def __init__(self) -> None:
         self._resampler = av.AudioResampler(format="fltp", rate=AUDIO_SAMPLE_RATE_HZ)
+        self._input: tuple[str, str, int] | None = None
 
     def __call__(self, frame: av.AudioFrame | None) -> np.ndarray:
         """The samples `frame` completes (None: flush the resampler's tail)."""
-        planes = [out.to_ndarray() for out in self._resampler.resample(frame)]
+        outs = []
+        if frame is not None:
+            shape = (frame.format.name, frame.layout.name, frame.sample_rate)
+            if self._input is not None and shape != self._input:
+                # The input changed sample rate, layout or format mid-stream (a feed that
+                # switched settings): PyAV's resampler is fixed to its first frame's, so the
+                # old one's tail is flushed and a new one takes over.
+                outs += self._resampler.resample(None)
+                self._resampler = av.AudioResampler(format="fltp", rate=AUDIO_SAMPLE_RATE_HZ)
+            self._input = shape
+        outs += self._resampler.resample(frame)
+        planes = [out.to_ndarray() for out in outs]
         if not planes:
             return np.zeros(0, dtype=np.float32)
         return np.concatenate([p.mean(axis=0) for p in planes]).astype(np.float32, copy=False)
