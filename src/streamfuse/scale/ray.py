@@ -118,14 +118,15 @@ class Ledger:
                 out = None
             else:
                 self.ocr_start = record["t_start"]
-        elif kind == EventType.ASR_PARTIAL:
-            if record["t_end"] <= self.asr_end and record["text"]:
-                out = None
-        else:
-            key = event_key(record)
-            if key in self.keys:
-                out = None
-            self.keys.add(key)
+        elif kind == EventType.ASR_PARTIAL and record["t_end"] <= self.asr_end and record["text"]:
+            out = None
+        elif kind not in (EventType.ASR, EventType.OCR) and event_key(record) in self.keys:
+            out = None  # a partial, error or gap the first run delivered already
+        if out is not None and "id" in out and out["id"] in self.keys:
+            # Words past the cut in an event the replay started where a delivered one did.
+            out = {**out, "id": f"{out['id']}+{round(out['t_start'] * 1000)}"}
+        if out is not None:
+            self.keys.add(event_key(out))
         if out is None:
             self.skipped += 1
         else:
@@ -146,7 +147,9 @@ class _QueueSink(EventSink):
         self.extra: deque[dict[str, Any]] = deque()
 
     async def process(self, frame: Frame) -> AsyncIterator[Frame]:
-        await self.queue.put(self.render(frame))
+        record = self.render(frame)
+        self.ids.assign(record)
+        await self.queue.put(record)
         return
         yield  # pragma: no cover
 
@@ -406,7 +409,7 @@ async def run_on_ray(
     await asyncio.gather(*(drive(run) for run in runs))
     summary = _merged_summary(runs, config.realtime, time.monotonic() - started)
     for sink in sinks:
-        sink.write(summary)
+        sink.emit(summary)
     return RayReport(runs, n_nodes, time.monotonic() - started, summary)
 
 
