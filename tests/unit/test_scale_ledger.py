@@ -75,9 +75,9 @@ def test_a_replayed_partial_or_a_trimmed_event_never_repeats_an_id() -> None:
         "id": "p1",
         "type": "asr_partial",
         "stream_id": "s",
-        "t_start": 0.0,
-        "t_end": 0.4,
-        "text": "one",
+        "t_start": 0.5,
+        "t_end": 0.9,
+        "text": "two",
     }
     first = {**_asr(("one", 0.0, 0.5)), "id": "a1"}
     assert ledger.admit(partial) == partial and ledger.admit(first) == first
