@@ -20,7 +20,6 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -191,19 +190,11 @@ class StreamHost:
         self, stream_id: str, location: str, config_json: str, n_streams: int, buffer: int
     ) -> dict[str, Any]:
         """Open `location` and start its branch; returns its duration (None: live)."""
-        from streamfuse.app import StreamfuseConfig, build_pipeline, run_job
-        from streamfuse.sources.media import MediaSource
+        from streamfuse.app import StreamfuseConfig, build_pipeline, media_source, run_job
 
         await self.stop(stream_id)
         config = StreamfuseConfig.model_validate_json(config_json)
-        source = MediaSource(
-            location,
-            stream_id=stream_id,
-            realtime=config.realtime,
-            audio=config.asr,
-            video=config.ocr,
-            config=config.source,
-        )
+        source = media_source(location, stream_id, config)
         sink = _QueueSink(buffer)
         job = await build_pipeline([source], config, [sink], n_streams=n_streams)
         task = asyncio.create_task(run_job(job, [sink]), name=f"stream:{stream_id}")
@@ -331,13 +322,6 @@ class _Cluster:
         self.load.pop(node_id, None)
 
 
-def _stream_ids(inputs: Sequence[str]) -> list[str]:
-    """The stream ids a local run gives the same inputs (`build_pipeline`)."""
-    if len(inputs) == 1:
-        return [Path(inputs[0]).stem]
-    return [f"{i}:{Path(x).stem}" for i, x in enumerate(inputs)]
-
-
 async def run_on_ray(
     inputs: Sequence[str],
     config: StreamfuseConfig,
@@ -360,7 +344,9 @@ async def run_on_ray(
     started = time.monotonic()
     config_json = config.model_dump_json()
     per_node = max(1, -(-len(inputs) // max(1, n_nodes)))
-    runs = [StreamRun(sid, loc) for sid, loc in zip(_stream_ids(inputs), inputs, strict=True)]
+    from streamfuse.app import stream_id_of
+
+    runs = [StreamRun(stream_id_of(x, i, len(inputs)), x) for i, x in enumerate(inputs)]
     lost_node = (rex.ActorDiedError, rex.ActorUnavailableError, rex.RayActorError)
 
     async def drive(run: StreamRun) -> None:
