@@ -23,7 +23,7 @@ from streamfuse import telemetry
 from streamfuse.audio import AsrConfig, AsrStage, ScreenTerms
 from streamfuse.audio.vad import CHUNK as VAD_CHUNK
 from streamfuse.errors import ConfigError, SourceError
-from streamfuse.events import EventIds, EventRecord, EventType, StatsPayload
+from streamfuse.events import EventIds, EventType, StatsPayload, stats_record
 from streamfuse.frames import ErrorFrame, now_wall
 from streamfuse.fusion import TimelineConfig, TimelineStage
 from streamfuse.lm.stage import LMStage, LMStageConfig
@@ -111,16 +111,7 @@ class Job:
             stages=self.pipeline.snapshot(),
             interrupted=interrupted,
         )
-        record = EventRecord(
-            type=payload.type,
-            stream_id="*",
-            t_start=0.0,
-            t_end=round(max(media), 3) if media else 0.0,
-            latency_ms=0.0,
-            wall_s=round(self._streaming_s(), 3),
-            payload=payload,
-        )
-        return record.to_json_dict()
+        return stats_record(payload, t_end=max(media) if media else 0.0, wall_s=self._streaming_s())
 
     def _streaming_s(self) -> float:
         p = self.pipeline

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from streamfuse.audio.policy import Word, join_words
 from streamfuse.errors import ConfigError, StreamfuseError
-from streamfuse.events import EventRecord, EventType, StageSnapshot, StatsPayload
+from streamfuse.events import EventType, StageSnapshot, StatsPayload, stats_record
 from streamfuse.frames import Frame
 from streamfuse.sinks.base import EventSink
 
@@ -411,16 +411,7 @@ def _merged_summary(runs: Sequence[StreamRun], realtime: bool, wall_s: float) ->
         for name, snap in run.final.get("stages", {}).items():
             stages[name] = StageSnapshot.model_validate(snap)
     payload = StatsPayload(final=True, realtime=realtime, cpu_s=round(cpu_s, 3), stages=stages)
-    record = EventRecord(
-        type=payload.type,
-        stream_id="*",
-        t_start=0.0,
-        t_end=round(max(media), 3) if media else 0.0,
-        latency_ms=0.0,
-        wall_s=round(wall_s, 3),
-        payload=payload,
-    )
-    return record.to_json_dict()
+    return stats_record(payload, t_end=max(media) if media else 0.0, wall_s=wall_s)
 
 
 __all__ = ["Ledger", "RayConfig", "RayReport", "StreamHost", "StreamRun", "event_key", "run_on_ray"]
