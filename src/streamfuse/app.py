@@ -390,13 +390,11 @@ async def build_pipeline(
                 # Slide-aware ASR: the stream's `ocr` events reach its ASR stage by observation.
                 screen = ScreenTerms(stream_id, window_s=asr_config.prime_window_s)
                 pipeline.observe(screen)
-            # A file read as fast as possible commits at utterance ends only, so reruns (and
-            # `--resume`) repeat the same commits and event ids.
             asr = AsrStage(
                 asr_config,
                 screen_terms=screen,
+                live=config.realtime or source.live,
                 name=f"asr:{stream_id}",
-                interim_updates=config.realtime or source.live,
             )
             pipeline.link(source, asr, maxsize=config.audio_queue)
             branch_ends.append(asr)

@@ -35,6 +35,12 @@ class EventSink(Stage):
         self._ids = ids
 
     async def process(self, frame: Frame) -> AsyncIterator[Frame]:
+        self.emit(self.render(frame))
+        return
+        yield  # pragma: no cover
+
+    def render(self, frame: Frame) -> dict[str, Any]:
+        """The record of `frame`, its latency measured now (and recorded as a metric)."""
         assert isinstance(frame, EventFrame | ErrorFrame | GapFrame)
         now = now_wall()
         record = frame.to_record(now)
@@ -43,9 +49,7 @@ class EventSink(Stage):
         # Per sink: with several sinks attached one event is one sample in each sink's series.
         attrs = {"type": record["type"], "sink": self.name}
         instruments().event_latency.record(record["latency_ms"] / 1000.0, attrs)
-        self.emit(record)
-        return
-        yield  # pragma: no cover
+        return record
 
     def emit(self, record: dict[str, Any]) -> None:
         """Give `record` its id and render it (for records made outside the graph too: build
