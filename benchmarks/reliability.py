@@ -249,7 +249,9 @@ def _lost(records: list[dict[str, Any]]) -> int:
     sink = stats[-1]["stages"].get("jsonl_sink", {})
     written = sum(r["type"] != "stats" for r in records)
     notes = sum(r["type"] == "error" and r.get("stage") == "input" for r in records)
-    return int(sink.get("dropped", 0)) + max(0, int(sink.get("frames", 0)) + notes - written)
+    # A stage's `frames` counts its end-of-stream flush call too (one, with no record).
+    processed = int(sink.get("frames", 0)) - 1
+    return int(sink.get("dropped", 0)) + max(0, processed + notes - written)
 
 
 def soak(work: Path, soak_s: float, window_s: float) -> dict[str, Any]:

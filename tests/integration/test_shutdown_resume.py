@@ -97,10 +97,14 @@ def test_sigterm_writes_everything_then_resume_completes_without_duplicates(
     assert _of(union, "ocr") == _of(undisturbed, "ocr")
     want, got = _of(undisturbed, "asr"), _of(union, "asr")
     differing = [i for i in want if got.get(i) != want[i]]
-    assert len(differing) <= 1, differing  # only the utterance across the cut
+    extra = [t for i, t in got.items() if i not in want]
+    # Only the commits of the utterance across the cut (and its rest, written by the resumed
+    # run): a few interim commits of one utterance at most.
+    assert len(differing) <= 3, (differing, extra)
     # The flush at the stop recognizes the cut utterance from a shorter buffer: a word or two
     # of it may come out differently ("live" heard as "line" in one run); nothing else may.
-    assert _word_edits(_words(list(got.values())), _words(list(want.values()))) <= 3
+    edits = _word_edits(_words(list(got.values())), _words(list(want.values())))
+    assert edits <= 3, (edits, [want[i] for i in differing], extra)
     stats = [r for r in union if r["type"] == "stats"]
     assert [s["interrupted"] for s in stats] == [True, False]
 

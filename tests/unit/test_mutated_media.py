@@ -1,7 +1,8 @@
 """A handful of mutated files (`streamfuse.testing.mutate`) through the media source, no
 models: each ends in frames, frames then a `MediaDecodeError`, or a `SourceError` naming the
-file; never another exception. Two were bugs the reliability suite found: a sample rate
-that changes mid-stream, and a file whose sound ends early reported as truncated."""
+file; never another exception. Three were weaknesses the reliability suite found: a sample
+rate that changes mid-stream, a file whose sound ends early reported as truncated, and one
+damaged packet ending the whole file."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from streamfuse.errors import MediaDecodeError, SourceError
-from streamfuse.frames import AudioFrame, Frame, VideoFrame
+from streamfuse.frames import AudioFrame, ErrorFrame, Frame, VideoFrame
 from streamfuse.sources.media import MediaSource
 from streamfuse.testing import mutate
 from streamfuse.testing.media import cut
@@ -63,6 +64,20 @@ def test_sound_that_ends_before_the_picture_is_not_a_truncated_file(
     assert failure is None  # was "stream ended at ... (truncated or corrupt)"
     times = [f.t_media for f in frames if isinstance(f, VideoFrame)]
     assert times == sorted(times) and len(set(times)) == len(times)
+
+
+def test_a_damaged_packet_costs_its_frames_not_the_rest_of_the_file(
+    clip: Path, tmp_path: Path
+) -> None:
+    # 20 bits flipped in the media data (seed chosen so some packets fail to decode): the
+    # file used to end there with "decoding failed"; now those packets are skipped, noted once.
+    path = mutate.bit_flips(clip, tmp_path / "flips.mp4", 20, seed=0, skip=20000)
+    frames, failure = _read(path)
+    assert failure is None
+    notes = [f for f in frames if isinstance(f, ErrorFrame)]
+    assert len(notes) == 1 and "damaged packet" in notes[0].message and not notes[0].fatal
+    video = [f for f in frames if isinstance(f, VideoFrame)]
+    assert len(video) >= 80 and video[-1].t_media > 2.5  # of 90 frames, up to the end
 
 
 @pytest.mark.parametrize(

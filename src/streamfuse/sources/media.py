@@ -28,6 +28,7 @@ from streamfuse.errors import MediaDecodeError, SourceError
 from streamfuse.frames import (
     AUDIO_SAMPLE_RATE_HZ,
     AudioFrame,
+    ErrorFrame,
     Frame,
     GapFrame,
     VideoFrame,
@@ -133,6 +134,9 @@ class MediaSource(Source):
         self._n_video = 0
         self._n_windows = 0
         self._n_out = 0
+        # Damaged packets of a file skipped in a row, and [first media time, count, reason].
+        self._bad_in_row = 0
+        self._damaged: list[Any] | None = None
         # Media times before which frames are decoded but not released (`resume_from`).
         self._video_from_s = -math.inf
         self._audio_from_s = -math.inf
@@ -378,7 +382,8 @@ class MediaSource(Source):
                 if frame is None:
                     done = True
                     break
-                latest[type(frame)] = frame.t_media
+                if isinstance(frame, VideoFrame | AudioFrame):  # not a note about damage
+                    latest[type(frame)] = frame.t_media
                 heapq.heappush(heap, (frame.t_media, seq, frame))
                 seq += 1
             if not heap:
@@ -545,6 +550,7 @@ class MediaSource(Source):
                             yield self._window(win, audio_t0, n_samples)
                             n_samples += len(win)
         except av.error.FFmpegError as e:
+            self._damaged = None  # the failure below says more than a note would
             audio_s = n_samples / AUDIO_SAMPLE_RATE_HZ
             if self.reconnectable:
                 if isinstance(e, av.error.ExitError):
@@ -566,6 +572,9 @@ class MediaSource(Source):
                 f"{self.location}: stream ended at {last_t:.1f} s of {self.duration_s:.1f} s "
                 "(truncated or corrupt)"
             )
+        note = self._damage_note()  # after the end check: a truncated file gets its error only
+        if note is not None:
+            yield note
         if self.has_audio and audio_t0 is not None:
             carry = np.concatenate([carry, to_mono(None)])
             if len(carry):
@@ -576,14 +585,52 @@ class MediaSource(Source):
 
     def _decoded(self, packet: Any) -> list[Any]:
         try:
-            return list(packet.decode())
+            frames = list(packet.decode())
         except av.error.InvalidDataError as e:
             if not self.live:
-                raise
+                return self._skip_damaged(packet, e)
             # A damaged packet of a live feed (lost datagrams): the decoder recovers at the
             # next key frame; the media it held shows up as a gap.
             log.info("%s: skipped an undecodable packet (%s)", self.location, _reason(e))
             return []
+        except av.error.ExitError:
+            raise
+        except av.error.FFmpegError as e:
+            if self.live:
+                raise
+            return self._skip_damaged(packet, e)
+        self._bad_in_row = 0
+        return frames
+
+    def _skip_damaged(self, packet: Any, e: av.error.FFmpegError) -> list[Any]:
+        """A file's packet that does not decode (damaged bytes) is skipped, as one bad frame
+        must not end a stream: the decoder recovers at the next key frame, and the stream
+        gets one note (`_damage_note`). Many in a row mean the rest is unreadable: raised."""
+        self._bad_in_row += 1
+        if self._bad_in_row > _MAX_BAD_READS:
+            raise e
+        if self._damaged is None:
+            stamp = packet.pts if packet.pts is not None else packet.dts
+            t = self._media_t(float(stamp * packet.time_base)) if stamp is not None else 0.0
+            self._damaged = [t, 0, _reason(e)]
+        self._damaged[1] += 1
+        log.info("%s: skipped an undecodable packet (%s)", self.location, _reason(e))
+        return []
+
+    def _damage_note(self) -> ErrorFrame | None:
+        """One note for the packets skipped in this file (None: none were)."""
+        if self._damaged is None:
+            return None
+        t, n, reason = self._damaged
+        t = max(0.0, float(t))
+        self._damaged = None
+        return ErrorFrame(
+            stream_id=self.stream_id,
+            t_media=t,
+            stage="input",
+            message=f"{self.location}: skipped {n} damaged packet(s) from {t:.1f} s "
+            f"({reason}); the media around them may be missing",
+        )
 
     def _map_clock(self, first_s: float) -> None:
         """Place this connection's timestamps on the media timeline (first packet at
