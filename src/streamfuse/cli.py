@@ -347,8 +347,8 @@ def run(
         ask=ask,
         telemetry=_telemetry_options(otlp, prometheus_port, trace_ratio),
         source=_source_options(input_option, reconnect_attempts, stall_timeout_s),
-        resume=resume,
         ray_address=ray_address,
+        resume=resume,
     )
     raise typer.Exit(code)
 
@@ -441,8 +441,8 @@ def _run_main(
     ask: str | None = None,
     telemetry: dict[str, Any] | None = None,
     source: dict[str, Any] | None = None,
-    resume: Path | None = None,
     ray_address: str | None = None,
+    resume: Path | None = None,
 ) -> int:
     from pydantic import ValidationError
 
@@ -482,8 +482,8 @@ def _run_main(
     stop = _Stop()
     try:
         if ray_address is not None:
-            if point is not None:
-                raise _fail("--resume is not supported with --ray yet")
+            if resume is not None:
+                raise _fail("--resume is not supported with --ray")
             try:
                 import ray  # noqa: F401
             except ImportError:
