@@ -1,6 +1,6 @@
 """Pareto sweep logic: the grid and its balanced sample, non-dominated sorting against a brute
-force check, SLO parsing and the operating point it picks, energy (RAPL file or the labelled
-model), and the config file a chosen point becomes."""
+force check, SLO parsing and the operating point it picks, and the config file a chosen point
+becomes."""
 
 from __future__ import annotations
 
@@ -14,9 +14,7 @@ import pytest
 from streamfuse.app import StreamfuseConfig
 from streamfuse.errors import ConfigError
 from streamfuse.qos.pareto import (
-    EnergyMeter,
     Point,
-    PowerModel,
     SweepSpace,
     choose,
     dominates,
@@ -112,18 +110,3 @@ def test_chosen_config_file_is_a_valid_job_config(tmp_path: Path) -> None:
     write_config(p, path)
     config = StreamfuseConfig.model_validate(json.loads(path.read_text()))
     assert config.realtime
-
-
-def test_energy_reads_rapl_when_present_else_labels_the_model(tmp_path: Path) -> None:
-    counter = tmp_path / "energy_uj"
-    counter.write_text("1000000\n")
-    meter = EnergyMeter(path=counter)
-    meter.start()
-    counter.write_text("3500000\n")
-    assert meter.stop(cpu_s=100.0, wall_s=1.0) == pytest.approx(2.5)
-    assert meter.source.startswith("measured")
-    model = PowerModel(watts_per_core=10.0, idle_watts=2.0)
-    missing = EnergyMeter(model, path=tmp_path / "absent")
-    missing.start()
-    assert missing.stop(cpu_s=3.0, wall_s=5.0) == pytest.approx(40.0)
-    assert missing.source.startswith("estimate")

@@ -3,8 +3,8 @@ service-level objectives (SLOs) and the operating point they pick, and the energ
 
 A configuration is a `StreamfuseConfig` document (plain JSON, what `streamfuse run --config`
 reads) plus a stream count; measuring one is the caller's job (`streamfuse pareto` runs the
-pipeline), so this module knows no model package. Energy is measured from Intel RAPL when the
-kernel exposes it, else estimated as CPU-seconds x a per-core power model, and always labelled.
+pipeline, its energy from `streamfuse.qos.energy`: measured where counters are readable, else
+a labelled CPU-time estimate), so this module knows no model package.
 """
 
 from __future__ import annotations
@@ -134,58 +134,6 @@ class SweepSpace:
             for k, v in vars(best).items():
                 counts[(k, v)] = counts.get((k, v), 0) + 1
         return chosen
-
-
-# -- energy ---------------------------------------------------------------------------------------
-
-RAPL = Path("/sys/class/powercap/intel-rapl:0/energy_uj")
-
-
-@dataclass(frozen=True)
-class PowerModel:
-    """Energy when no meter is readable: busy CPU-seconds x `watts_per_core` plus the wall
-    time x `idle_watts` (a labelled estimate, not a measurement)."""
-
-    watts_per_core: float = 12.0
-    idle_watts: float = 0.0
-
-    def energy_j(self, cpu_s: float, wall_s: float) -> float:
-        return cpu_s * self.watts_per_core + wall_s * self.idle_watts
-
-    @property
-    def label(self) -> str:
-        return f"estimate: CPU-seconds x {self.watts_per_core:g} W/core" + (
-            f" + wall x {self.idle_watts:g} W" if self.idle_watts else ""
-        )
-
-
-class EnergyMeter:
-    """Reads RAPL's package energy counter when the kernel exposes it to this user; else the
-    power model's estimate (`source` says which)."""
-
-    def __init__(self, model: PowerModel | None = None, path: Path = RAPL) -> None:
-        self.model = model or PowerModel()
-        self.path = path
-        self._start: int | None = None
-
-    def _read(self) -> int | None:
-        try:
-            return int(self.path.read_text().strip())
-        except (OSError, ValueError):
-            return None
-
-    @property
-    def source(self) -> str:
-        return "measured: RAPL package energy" if self._read() is not None else self.model.label
-
-    def start(self) -> None:
-        self._start = self._read()
-
-    def stop(self, cpu_s: float, wall_s: float) -> float:
-        end = self._read()
-        if self._start is not None and end is not None and end >= self._start:
-            return (end - self._start) / 1e6
-        return self.model.energy_j(cpu_s, wall_s)
 
 
 # -- results, sorting, SLOs ---------------------------------------------------------------------
@@ -383,9 +331,7 @@ __all__ = [
     "METRICS",
     "OBJECTIVES",
     "Constraint",
-    "EnergyMeter",
     "Point",
-    "PowerModel",
     "SweepConfig",
     "SweepSpace",
     "choose",
