@@ -23,7 +23,7 @@ from streamfuse import telemetry
 from streamfuse.audio import AsrConfig, AsrStage, ScreenTerms
 from streamfuse.audio.vad import CHUNK as VAD_CHUNK
 from streamfuse.errors import ConfigError, SourceError
-from streamfuse.events import EventIds, EventRecord, EventType, StatsPayload
+from streamfuse.events import EventIds, EventType, StatsPayload, stats_record
 from streamfuse.frames import ErrorFrame, now_wall
 from streamfuse.fusion import TimelineConfig, TimelineStage
 from streamfuse.lm.stage import LMStage, LMStageConfig
@@ -111,16 +111,7 @@ class Job:
             stages=self.pipeline.snapshot(),
             interrupted=interrupted,
         )
-        record = EventRecord(
-            type=payload.type,
-            stream_id="*",
-            t_start=0.0,
-            t_end=round(max(media), 3) if media else 0.0,
-            latency_ms=0.0,
-            wall_s=round(self._streaming_s(), 3),
-            payload=payload,
-        )
-        return record.to_json_dict()
+        return stats_record(payload, t_end=max(media) if media else 0.0, wall_s=self._streaming_s())
 
     def _streaming_s(self) -> float:
         p = self.pipeline
@@ -342,15 +333,8 @@ async def build_pipeline(
             stream_id = source.stream_id
         else:
             location = str(item)
-            stream_id = Path(location).stem if len(inputs) == 1 else f"{i}:{Path(location).stem}"
-            source = MediaSource(
-                location,
-                stream_id=stream_id,
-                realtime=config.realtime,
-                audio=config.asr,
-                video=config.ocr,
-                config=config.source,
-            )
+            source = media_source(location, stream_id_of(location, i, len(inputs)), config)
+            stream_id = source.stream_id
         await source.open()
         if not (source.has_video or source.has_audio):
             raise SourceError(f"{location}: nothing to do (no usable audio or video stream)")
@@ -423,6 +407,25 @@ async def build_pipeline(
         policies=policies,
         signals=signals,
         executors=own_pools,
+    )
+
+
+def stream_id_of(location: str, index: int, n_inputs: int) -> str:
+    """The stream id of input `index` of `n_inputs`: its file name without the extension,
+    numbered when there are several (`0:lecture`, `1:lecture`)."""
+    stem = Path(location).stem
+    return stem if n_inputs == 1 else f"{index}:{stem}"
+
+
+def media_source(location: str, stream_id: str, config: StreamfuseConfig) -> MediaSource:
+    """The (unopened) source of a file or URL input, paced and filtered as `config` says."""
+    return MediaSource(
+        location,
+        stream_id=stream_id,
+        realtime=config.realtime,
+        audio=config.asr,
+        video=config.ocr,
+        config=config.source,
     )
 
 

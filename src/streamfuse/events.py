@@ -315,6 +315,20 @@ class EventIds:
         return str(record["id"])
 
 
+def stats_record(payload: StatsPayload, *, t_end: float, wall_s: float) -> dict[str, Any]:
+    """The `stats` record of a run: stream `*`, media time 0 to `t_end`, `wall_s` of streaming."""
+    record = EventRecord(
+        type=payload.type,
+        stream_id="*",
+        t_start=0.0,
+        t_end=round(t_end, 3),
+        latency_ms=0.0,
+        wall_s=round(wall_s, 3),
+        payload=payload,
+    )
+    return record.to_json_dict()
+
+
 # -- JSON Schema ----------------------------------------------------------------------------------
 
 
