@@ -318,6 +318,14 @@ def run(
             "(source.stall_timeout_s, default 5).",
         ),
     ] = None,
+    config_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="A JSON job config (StreamfuseConfig, e.g. `streamfuse pareto --slo`'s "
+            "chosen.json); the options above given on the command line override it.",
+        ),
+    ] = None,
     ray_address: Annotated[
         str | None,
         typer.Option(
@@ -333,6 +341,14 @@ def run(
 ) -> None:
     """Run media inputs through the pipeline and print / write the live timeline."""
     _setup_logging(verbose)
+    base: dict[str, Any] | None = None
+    if config_file is not None:
+        try:
+            base = json.loads(config_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise _fail(f"--config {config_file}: {e}") from None
+        if not isinstance(base, dict):
+            raise _fail(f"--config {config_file}: expected a JSON object")
     code = _run_main(
         inputs,
         realtime,
@@ -347,6 +363,7 @@ def run(
         ask=ask,
         telemetry=_telemetry_options(otlp, prometheus_port, trace_ratio),
         source=_source_options(input_option, reconnect_attempts, stall_timeout_s),
+        base=base,
         ray_address=ray_address,
         resume=resume,
     )
@@ -411,6 +428,14 @@ def _vision_options(
     return vision
 
 
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `over` laid on top, nested objects merged key by key."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
 def _resume_point(path: Path) -> Any:
     """The `ResumePoint` of an events file (its torn last line, if any, cut off)."""
     from streamfuse.app import ResumePoint
@@ -441,6 +466,7 @@ def _run_main(
     ask: str | None = None,
     telemetry: dict[str, Any] | None = None,
     source: dict[str, Any] | None = None,
+    base: dict[str, Any] | None = None,
     ray_address: str | None = None,
     resume: Path | None = None,
 ) -> int:
@@ -462,9 +488,20 @@ def _run_main(
             extra["telemetry"] = telemetry
         if source:
             extra["source"] = source
-        config = StreamfuseConfig(
-            realtime=realtime, ocr=ocr, asr=asr, asr_config={"model": asr_model}, **extra
-        )
+        if base is None:
+            config = StreamfuseConfig(
+                realtime=realtime, ocr=ocr, asr=asr, asr_config={"model": asr_model}, **extra
+            )
+        else:
+            # A flag left at its default keeps the file's value (typer cannot tell the two).
+            cli: dict[str, Any] = {**extra}
+            if realtime:
+                cli["realtime"] = True
+            if not ocr or not asr:
+                cli.update(ocr=ocr, asr=asr)
+            if asr_model != "tiny.en":
+                cli["asr_config"] = {"model": asr_model}
+            config = StreamfuseConfig.model_validate(_merged(base, cli))
     except ValidationError as e:
         raise _fail(f"invalid option: {e.errors()[0]['msg']}") from None
     show_live = out.is_terminal if live is None else live
@@ -639,6 +676,183 @@ def eval_cmd(
         typer.echo(json.dumps(slim))
     else:
         _print_scores(result)
+
+
+def _cut_truth(truth: Any, end_s: float) -> tuple[Any, float]:
+    """The truth of a clip's first `end_s` seconds, cut after the last utterance that ends by
+    then (so no word is half in); returns it and the cut time."""
+    from streamfuse.evaluation import Truth
+
+    said = [u for u in truth.asr if u.t_end <= end_s]
+    cut_s = min(truth.duration_s, (said[-1].t_end + 0.3) if said else end_s)
+    slides = [
+        s.model_copy(update={"t_end": min(s.t_end, cut_s)}) for s in truth.ocr if s.t_start < cut_s
+    ]
+    return Truth(duration_s=cut_s, ocr=slides, asr=said), cut_s
+
+
+async def _measure_point(
+    doc: dict[str, Any], clip: Path, truth: Any, streams: int, meter: Any
+) -> dict[str, float | None]:
+    """Run `clip` as `streams` inputs under the job config `doc`; score every stream against
+    `truth` and keep the worst latency and the mean error rates."""
+    from streamfuse.app import StreamfuseConfig, build_pipeline, run_job
+    from streamfuse.evaluation import evaluate
+    from streamfuse.sinks import CollectSink
+
+    config = StreamfuseConfig.model_validate(doc)
+    sink = CollectSink()
+    job = await build_pipeline([str(clip)] * streams, config, [sink])
+    meter.start()
+    await run_job(job, [sink])
+    reading = meter.stop()
+    cpu_s, wall_s = reading.cpu_s, reading.seconds
+    ids = sorted({r["stream_id"] for r in sink.records if r["type"] in ("ocr", "asr")})
+    results = [evaluate(truth, [r for r in sink.records if r["stream_id"] == i]) for i in ids]
+
+    def worst(kind: str, q: str) -> float | None:
+        v = [r["latency_ms"][kind][q] / 1000.0 for r in results if kind in r["latency_ms"]]
+        return round(max(v), 3) if v else None
+
+    def mean(key: str) -> float | None:
+        v = [r[key] for r in results if r.get(key) is not None]
+        return round(sum(v) / len(v), 4) if len(v) == streams else None
+
+    m: dict[str, float | None] = {
+        "ocr_p50": worst("ocr", "p50"),
+        "ocr_p95": worst("ocr", "p95"),
+        "asr_p50": worst("asr", "p50"),
+        "asr_p95": worst("asr", "p95"),
+        "cer": mean("ocr_cer"),
+        "wer": mean("asr_wer"),
+        "cpu_s": round(cpu_s, 2),
+        "wall_s": round(wall_s, 2),
+        "energy_j": round(reading.joules, 1),
+    }
+    p95 = [v for v in (m["ocr_p95"], m["asr_p95"]) if v is not None]
+    m["latency_p95_s"] = max(p95) if len(p95) == 2 else None
+    return m
+
+
+@app.command()
+def pareto(
+    clip: Annotated[
+        Path | None, typer.Argument(help="Clip to sweep on (default: the bundled lecture).")
+    ] = None,
+    truth: Annotated[Path | None, typer.Option(help="Its ground truth (with CLIP).")] = None,
+    quick: Annotated[
+        bool, typer.Option(help="50 configurations on the first 5 s of the clip.")
+    ] = False,
+    n_configs: Annotated[
+        int | None, typer.Option("--configs", min=2, help="Configurations (default 50 / 120).")
+    ] = None,
+    clip_s: Annotated[
+        float | None, typer.Option(help="Seconds of the clip each run plays (default 5 / 12).")
+    ] = None,
+    realtime: Annotated[
+        bool, typer.Option(help="Play at live speed (latency as a live feed sees it).")
+    ] = True,
+    slo: Annotated[
+        str | None,
+        typer.Option(help="Pick the operating point, e.g. 'ocr_p95<=1.0,wer<=0.10' (s, fraction)."),
+    ] = None,
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="Table, plot, points and the chosen config go here.")
+    ] = Path("out/pareto"),
+    seed: Annotated[int, typer.Option(help="Which configurations the sample draws.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="End with one JSON line.")] = False,
+) -> None:
+    """Sweep configurations (vision policy and budget, OCR precision, ASR model / beam /
+    update interval, LM on/off, streams), measure latency, CER, WER, CPU and energy, and
+    print the Pareto frontier; with --slo, write the chosen point as a `run --config` file."""
+    import tempfile
+
+    from rich.progress import Progress
+
+    from streamfuse.assets import demo_files
+    from streamfuse.evaluation import load_truth
+    from streamfuse.qos.energy import EnergyMeter
+    from streamfuse.qos.pareto import (
+        Point,
+        SweepSpace,
+        choose,
+        frontier,
+        parse_slo,
+        plot,
+        table,
+        write_config,
+    )
+    from streamfuse.testing.media import cut
+
+    _setup_logging(False)
+    for noisy in ("RapidOCR", "onnxruntime", "streamfuse", "faster_whisper"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    try:
+        rules = parse_slo(slo) if slo else None
+    except StreamfuseError as e:
+        raise _fail(str(e)) from None
+    if (clip is None) != (truth is None):
+        raise _fail("give both CLIP and --truth, or neither (the bundled lecture)")
+    n = n_configs or (50 if quick else 120)
+    configs = SweepSpace().sample(n, seed=seed)
+    meter = EnergyMeter()
+    energy = (
+        f"estimate: CPU-seconds x {meter.watts_per_core:g} W per busy core"
+        if meter.source == "model"
+        else f"measured ({meter.source}, whole package)"
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    points: list[Point] = []
+    with demo_files() as files, tempfile.TemporaryDirectory() as tmp:
+        src, truth_path = (clip, truth) if clip is not None else (files.clip, files.truth)
+        assert src is not None and truth_path is not None
+        short, cut_s = _cut_truth(load_truth(truth_path), clip_s or (5.0 if quick else 12.0))
+        piece = cut(src, Path(tmp) / f"clip{src.suffix}", cut_s)
+        with Progress(console=err, transient=as_json) as progress:
+            task = progress.add_task("sweep", total=len(configs))
+            for c in configs:
+                progress.update(task, description=c.name)
+                doc = c.job_config(realtime=realtime)
+                try:
+                    metrics = asyncio.run(_measure_point(doc, piece, short, c.streams, meter))
+                except StreamfuseError as e:
+                    err.print(f"[yellow]{c.name}: {e}[/yellow]", highlight=False)
+                    metrics = {}
+                points.append(Point(c.name, doc, c.streams, metrics))
+                progress.advance(task)
+    chosen = choose(points, rules) if rules else None
+    front = frontier(points)
+    (out_dir / "points.json").write_text(
+        json.dumps([{"name": p.name, "streams": p.streams, **p.metrics} for p in points], indent=1)
+    )
+    (out_dir / "table.md").write_text(f"Energy: {energy}.\n\n" + table(points, chosen))
+    plot(points, out_dir / "pareto.png", energy_label=energy, chosen=chosen)
+    if not as_json:
+        out.print(table(points, chosen), highlight=False, soft_wrap=True)
+        out.print(f"energy: {energy}; {len(front)} of {len(points)} on the frontier")
+    if rules and chosen is None:
+        err.print(f"[red]no configuration meets {slo}[/red]", highlight=False)
+    elif chosen is not None:
+        write_config(chosen, out_dir / "chosen.json")
+        err.print(
+            f"chosen: {chosen.name} -> {out_dir / 'chosen.json'} (run it with "
+            f"`streamfuse run --config {out_dir / 'chosen.json'}` and {chosen.streams} input(s))",
+            highlight=False,
+            soft_wrap=True,
+        )
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "configs": len(points),
+                    "frontier": [p.name for p in front],
+                    "chosen": None if chosen is None else {"name": chosen.name, **chosen.metrics},
+                    "energy": energy,
+                    "clip_s": cut_s,
+                }
+            )
+        )
+    raise typer.Exit(1 if rules and chosen is None else 0)
 
 
 def _eval_set(

@@ -74,7 +74,16 @@ class OcrLine(BaseModel):
 
     text: str
     box: tuple[int, int, int, int] = Field(description="x0, y0, x1, y1 in original pixels.")
-    conf: float = Field(ge=0.0, le=1.0, description="Recognizer confidence.")
+    conf: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="Probability that the line is read exactly (spaces aside): the recognizer's "
+        "score through the shipped calibrator (docs/calibration.md), or the raw score when "
+        "calibration is off.",
+    )
+    conf_raw: float | None = Field(
+        None, ge=0.0, le=1.0, description="The recognizer's own score (None: not calibrated)."
+    )
 
 
 class OcrPayload(Payload):
@@ -89,7 +98,9 @@ class OcrPayload(Payload):
     scale: float = Field(gt=0.0, description="Detector pixels per original frame pixel.")
     roi: tuple[int, int, int, int] = Field(description="Region read, original pixels.")
     ocr_ms: float = Field(ge=0.0, description="Wall time of the OCR call itself.")
-    mean_conf: float | None = Field(description="Mean confidence of the lines (None: no text).")
+    mean_conf: float | None = Field(
+        description="Mean recognizer score (`conf_raw`) of the lines (None: no text)."
+    )
     frame_index: int = Field(ge=0, description="Index of the video frame read.")
     t_changed: float = Field(description="Media time the picture started to change.")
     reason: str = Field(description="Why the change detector made it a key frame.")
@@ -101,7 +112,19 @@ class AsrWord(BaseModel):
     word: str
     t_start: float
     t_end: float
-    p: float = Field(ge=0.0, le=1.0, description="Word probability.")
+    p: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="Probability that the word is right: the recognizer's word probability "
+        "through the shipped calibrator (docs/calibration.md), or the raw one when calibration "
+        "is off.",
+    )
+    p_raw: float | None = Field(
+        None,
+        ge=0.0,
+        le=1.0,
+        description="The recognizer's own word probability (None: not calibrated).",
+    )
 
 
 class AsrPayload(Payload):

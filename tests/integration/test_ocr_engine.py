@@ -95,7 +95,7 @@ def test_reads_a_drawn_two_column_slide(engine: RapidOcrEngine, size: tuple[int,
     # Boxes are in the original frame's pixels (not the detector's 960-px input).
     for ln, text in zip(lines, expected, strict=True):
         assert iou(ln["box"], drawn[text]) > 0.5, (text, ln["box"], drawn[text])
-        assert 0.5 <= ln["conf"] <= 1.0
+        assert 0.5 <= ln["conf_raw"] <= 1.0 and 0.0 <= ln["conf"] <= 1.0  # raw, calibrated
     # The detector ran at the default 960-px long side, whatever the frame size.
     assert max(ev.payload.fields()["resolution"]) == 960
     assert ev.t_media == 1.5 and ev.payload.fields()["frame_index"] == 45

@@ -15,6 +15,7 @@ from streamfuse.pipeline import OverloadPolicy, Pipeline
 from streamfuse.pipeline.source import Source
 from streamfuse.sinks import CollectSink
 from streamfuse.testing import run_stage, run_virtual
+from streamfuse.text.calibration import shipped
 from streamfuse.vision import (
     FixedPolicy,
     FixedResolution,
@@ -196,7 +197,8 @@ def test_stage_emits_one_event_per_distinct_text_state() -> None:
     assert first.payload.fields()["lines"][0] == {
         "text": "Title A",
         "box": [100, 50, 600, 110],
-        "conf": 0.99,
+        "conf": shipped("ocr")(0.99),  # calibrated (docs/calibration.md); the raw score kept
+        "conf_raw": 0.99,
     }
     assert first.payload.fields()["resolution"] == [960, 540]
     assert first.payload.fields()["n_lines"] == 2 and first.payload.fields()["ocr_ms"] == 12.5

@@ -38,6 +38,12 @@ class AsrConfig(BaseModel):
         description="Beam width of full-window passes (at pauses, where words are committed); "
         "fast updates inside speech keep `beam_size`. The larger of the two is used.",
     )
+    calibrate: bool = Field(
+        True,
+        description="Publish each word's `p` through the shipped calibrator (P(the word is "
+        "right), docs/calibration.md), keeping Whisper's word probability as `p_raw`. "
+        "Thresholds in this config always apply to the raw probability.",
+    )
     fast_updates: bool = Field(
         True,
         description="Updates inside speech encode only the buffered audio plus `context_pad_s` "

@@ -61,7 +61,12 @@ class ScreenTerms(Observer):
             return
         if self.stream_id is not None and frame.stream_id != self.stream_id:
             return
-        lines = [ln.text for ln in frame.payload.lines if ln.conf >= self.min_conf]
+        # `min_conf` was chosen on the recognizer's own score, not on the calibrated `conf`.
+        lines = [
+            ln.text
+            for ln in frame.payload.lines
+            if (ln.conf if ln.conf_raw is None else ln.conf_raw) >= self.min_conf
+        ]
         self.add(lines, frame.t_media)
 
     def add(self, lines: Iterable[str], t_media: float) -> None:

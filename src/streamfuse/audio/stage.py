@@ -29,10 +29,11 @@ from streamfuse.audio.priming import ScreenTerms, drop_recited, drop_unspoken_te
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
 from streamfuse.audio.vad import GateEvent, SileroVad, SpeechGate, VadChunk
 from streamfuse.errors import StageError
-from streamfuse.events import AsrPartialPayload, AsrPayload
+from streamfuse.events import AsrPartialPayload, AsrPayload, AsrWord
 from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, AudioFrame, EventFrame, Frame, now_wall
 from streamfuse.pipeline.stage import Stage
 from streamfuse.telemetry.metrics import ModelInfo, instruments
+from streamfuse.text.calibration import shipped
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,7 @@ class AsrStage(Stage):
     ) -> None:
         super().__init__(name or "asr", threads=1)
         self.config = config or AsrConfig()
+        self._calibrator = shipped("asr") if self.config.calibrate else None
         #: Live (paced) input: interim updates skipped while more than `coalesce_after_s` of
         #: audio waits (behind). Offline (as fast as the input decodes) every update runs on
         #: its media-time schedule: the words a live run that keeps up commits, the same on
@@ -299,8 +301,16 @@ class AsrStage(Stage):
             t_media=words[0].t_start,
             t_end=words[-1].t_end,
             arrival_wall=arrival,
-            payload=AsrPayload(text=join_words(words), words=[w.to_payload() for w in words]),
+            payload=AsrPayload(text=join_words(words), words=[self._word(w) for w in words]),
         )
+
+    def _word(self, word: Word) -> AsrWord:
+        """The word's payload; calibrated, `p` is P(right) and `p_raw` Whisper's probability
+        (the stage's own thresholds above always use the raw one)."""
+        out = word.to_payload()
+        if self._calibrator is None:
+            return out
+        return AsrWord(**{**out.model_dump(), "p": self._calibrator(word.p), "p_raw": out.p})
 
     def _partial_event(self, words: Sequence[Word]) -> EventFrame | None:
         text = join_words(words)

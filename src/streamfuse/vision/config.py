@@ -230,6 +230,12 @@ class OcrConfig(BaseModel):
         "rows count as a table when a rule, stripe or border is drawn between its rows or "
         "columns (docs/ocr-layout.md).",
     )
+    calibrate: bool = Field(
+        True,
+        description="Publish each line's `conf` through the shipped calibrator (P(the line is "
+        "read exactly), docs/calibration.md), keeping the recognizer's score as `conf_raw`. "
+        "Thresholds in this config always apply to the raw score.",
+    )
 
     def layout(self) -> LayoutConfig:
         """The layout thresholds of this config (`streamfuse.vision.layout`)."""

@@ -46,6 +46,7 @@ from streamfuse.pipeline.stage import Stage
 from streamfuse.qos.ladder import align_px
 from streamfuse.telemetry.metrics import ModelInfo, instruments
 from streamfuse.text import collapse_whitespace
+from streamfuse.text.calibration import Calibrator, shipped
 from streamfuse.vision.config import FixedPolicy, OcrConfig, VisionConfig
 from streamfuse.vision.frames import BBox, KeyFrame, clamp_box, clip_box
 from streamfuse.vision.layout import (
@@ -70,10 +71,15 @@ class OcrLine:
     box: Box
     conf: float
 
-    def to_payload(self) -> OcrLineRecord:
-        """The line as it goes into an `ocr` event (box in whole pixels)."""
+    def to_payload(self, calibrator: Calibrator | None = None) -> OcrLineRecord:
+        """The line as it goes into an `ocr` event (box in whole pixels); with a calibrator,
+        `conf` is its probability and `conf_raw` the recognizer's score."""
         x0, y0, x1, y1 = (round(v) for v in self.box)
-        return OcrLineRecord(text=self.text, box=(x0, y0, x1, y1), conf=round(self.conf, 3))
+        raw = round(self.conf, 3)
+        if calibrator is None:
+            return OcrLineRecord(text=self.text, box=(x0, y0, x1, y1), conf=raw)
+        conf = calibrator(self.conf)
+        return OcrLineRecord(text=self.text, box=(x0, y0, x1, y1), conf=conf, conf_raw=raw)
 
     def shifted(self, dx: float, dy: float) -> OcrLine:
         x0, y0, x1, y1 = self.box
@@ -418,6 +424,7 @@ class OcrStage(Stage):
         self.config = config or OcrConfig()
         self.policy = policy or FixedResolution.from_config(fixed)
         self.engine = engine or RapidOcrEngine(self.config)
+        self._calibrator = shipped("ocr") if self.config.calibrate else None
         self._streams: dict[str, _StreamText] = {}
 
     async def setup(self) -> None:
@@ -615,7 +622,7 @@ class OcrStage(Stage):
             t_end=frame.t_media,
             arrival_wall=frame.arrival_wall,
             payload=OcrPayload(
-                lines=[ln.to_payload() for ln in lines],
+                lines=[ln.to_payload(self._calibrator) for ln in lines],
                 text="\n".join(ln.text for ln in lines),
                 n_lines=len(lines),
                 resolution=reading.resolution,

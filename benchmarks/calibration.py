@@ -1,0 +1,772 @@
+"""Confidence calibration of OCR lines and ASR words, fitted on dev clips and scored on held-out
+ones, and the joint estimate of terms both slide text and speech observe (F20).
+
+Labelled runs (every clip through `streamfuse.app.build_pipeline`, offline, default models):
+- OCR lines from assets/eval/ocr (`dev`: fit; `heldout` + `fresh`: other fonts, layouts and
+  contents: score) and the bundled lecture (fit), each clip under several vision policies
+  (`--variants`), plus the slides of the speech set drawn in other fonts/themes (fit for the dev
+  clips, score for the held-out ones). A line is right when it equals its best-matching truth
+  line of the slide on screen, spaces ignored ("39M" for "39 M" is right; `--line-cer` allows a
+  few edits).
+- ASR words from assets/eval/speech (`dev`: fit; `heldout`: other voices) and the bundled lecture
+  (fit), plus the set's synthetic clips generated again (scripts/make_speech_set.py) at `--seeds`
+  other seeds (other noise and pauses; each keeps its split, so held-out voices stay held out).
+  A word is right when, after Whisper's English normalization,
+  it sits in an `equal` block of the word alignment against the truth (rapidfuzz opcodes).
+- Shared terms: an ASR content word spoken while a slide is on screen whose OCR reading holds a
+  similar word (the two observed the same term). The event: "the spoken word is right". Speech's
+  estimate is its calibrated p; the screen's is its line's calibrated conf when it spells the
+  word the same, 1 - conf when it spells it differently; the joint is the entropy-weighted pool
+  of both (`streamfuse.text.calibration.fit_joint`, fitted on dev terms).
+
+Raw scores are `conf_raw` / `p_raw` (what the recognizers give); calibrators are fitted on dev
+samples only (method picked by 5-fold CV ECE), then ECE (10 bins), Brier and reliability bins are
+reported on held-out samples. `--write-assets` stores the calibrators in the package,
+`--plots DIR` draws reliability diagrams (matplotlib). Last line: one JSON object.
+
+    python benchmarks/calibration.py [--quick] [--write-assets] [--plots docs/calibration]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import logging
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+OCR_SET = ROOT / "assets" / "eval" / "ocr"
+SPEECH_SET = ROOT / "assets" / "eval" / "speech"
+ASSET_DIR = ROOT / "src" / "streamfuse" / "assets" / "calibration"
+sys.path.insert(0, str(ROOT / "scripts"))
+
+log = logging.getLogger("bench.calibration")
+
+# Vision policies every OCR clip is read under: each gives the recognizer other pixels, so the
+# calibrator sees the errors of every operating point, not only the default's.
+VARIANTS: dict[str, dict[str, Any]] = {
+    "dynamic": {},
+    "fixed640": {"policy": {"kind": "fixed", "det_max_side_px": 640}},
+    "fixed480": {"policy": {"kind": "fixed", "det_max_side_px": 480}},
+    "fixed960": {"policy": {"kind": "fixed", "det_max_side_px": 960}},
+    "fixed320": {"policy": {"kind": "fixed", "det_max_side_px": 320}},
+}
+# Voices the fitting clips speak in: none of them is a held-out clip's voice (those are
+# en-gb-scotland, en-gb-x-rp, en-gb-x-gbcwmd, en-gb-x-gbclan), but they span British, American
+# and Caribbean English and espeak's voice variants, so the fit sees accents it finds hard.
+FIT_VOICES = [
+    "en-gb",
+    "en-us+m3",
+    "en-gb+f2",
+    "en-029+m2",
+    "en-us-nyc+f1",
+    "en-gb+m7",
+    "en-us+klatt",
+    "en+f4",
+]
+NOISES = [("white", 20), ("pink", 12), ("brown", 8), ("babble", 15), ("white", 8), ("none", None)]
+STOPWORDS = frozenset(
+    [
+        "the",
+        "a",
+        "an",
+        "and",
+        "or",
+        "of",
+        "to",
+        "in",
+        "on",
+        "at",
+        "by",
+        "for",
+        "with",
+        "from",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "it",
+        "its",
+        "this",
+        "that",
+        "these",
+        "those",
+        "as",
+        "into",
+        "than",
+        "then",
+        "so",
+        "we",
+        "our",
+        "you",
+        "your",
+        "they",
+        "their",
+        "he",
+        "she",
+        "his",
+        "her",
+        "has",
+        "have",
+        "had",
+        "not",
+        "no",
+        "but",
+        "if",
+        "all",
+        "any",
+        "each",
+        "every",
+        "one",
+        "two",
+        "can",
+        "will",
+        "would",
+        "could",
+        "should",
+        "may",
+        "might",
+        "do",
+        "does",
+        "did",
+        "what",
+        "which",
+        "who",
+        "when",
+        "where",
+        "how",
+        "there",
+        "here",
+        "also",
+        "more",
+        "most",
+        "some",
+        "such",
+        "only",
+        "very",
+    ]
+)
+
+
+@dataclass
+class OcrSample:
+    split: str  # fit | eval
+    clip: str
+    variant: str
+    conf: float
+    cer: float
+    text: str
+    truth: str
+
+
+@dataclass
+class AsrSample:
+    split: str
+    clip: str
+    p: float
+    right: bool
+    word: str
+    t: float
+
+
+# -- running the pipeline --------------------------------------------------------------------------
+
+
+async def _run(clip: Path, *, ocr: bool, asr: bool, vision: dict[str, Any]) -> list[dict[str, Any]]:
+    from streamfuse.app import StreamfuseConfig, build_pipeline, run_job
+    from streamfuse.sinks import CollectSink
+
+    # Raw scores only (`conf` = `conf_raw`): what is fitted must not depend on what is shipped.
+    vision = {**vision, "ocr": {"calibrate": False}}
+    config = StreamfuseConfig.model_validate(
+        {
+            "realtime": False,
+            "ocr": ocr,
+            "asr": asr,
+            "vision": vision,
+            "asr_config": {"calibrate": False},
+        }
+    )
+    sink = CollectSink()
+    job = await build_pipeline([str(clip)], config, [sink])
+    await run_job(job, [sink])
+    return sink.records
+
+
+CACHE: Path | None = None  # --cache: one JSON file of records per run
+
+
+def run_clip(
+    clip: Path, *, ocr: bool, asr: bool, vision: dict[str, Any] | None = None, key: str = ""
+) -> list[dict[str, Any]]:
+    """The run's event records (from `CACHE` when it holds this `key`)."""
+    path = CACHE / f"{key}.json" if CACHE is not None and key else None
+    if path is not None and path.exists():
+        return list(json.loads(path.read_text()))
+    records = asyncio.run(_run(clip, ocr=ocr, asr=asr, vision=vision or {}))
+    if path is not None:
+        path.write_text(json.dumps(records))
+    return records
+
+
+# -- labelling -------------------------------------------------------------------------------------
+
+
+def _raw(item: dict[str, Any], field: str) -> float:
+    """The recognizer's own score: `<field>_raw` when the run calibrated, else `<field>`."""
+    raw = item.get(f"{field}_raw")
+    return float(item[field] if raw is None else raw)
+
+
+def _collapse(s: str) -> str:
+    return " ".join(s.split())
+
+
+def ocr_samples(
+    records: list[dict[str, Any]], truth: dict[str, Any], split: str, clip: str, variant: str
+) -> list[OcrSample]:
+    """Every line of every OCR reading, against the best-matching truth line of its slide."""
+    from streamfuse.text import cer
+
+    out = []
+    for rec in records:
+        if rec.get("type") != "ocr":
+            continue
+        slide = next((s for s in truth["ocr"] if s["t_start"] <= rec["t_start"] < s["t_end"]), None)
+        if slide is None:
+            continue
+        for ln in rec["lines"]:
+            text = _collapse(ln["text"])
+            best = min(slide["lines"], key=lambda t: cer(t, text, ignore_whitespace=True))
+            out.append(
+                OcrSample(
+                    split=split,
+                    clip=clip,
+                    variant=variant,
+                    conf=_raw(ln, "conf"),
+                    cer=cer(best, text, ignore_whitespace=True),
+                    text=text,
+                    truth=_collapse(best),
+                )
+            )
+    return out
+
+
+def _norm_tokens(text: str) -> list[str]:
+    from streamfuse.text import normalize_english
+
+    return normalize_english(text).split()
+
+
+def asr_samples(
+    records: list[dict[str, Any]], truth: dict[str, Any], split: str, clip: str
+) -> list[AsrSample]:
+    """Every committed word, right when all its normalized tokens align `equal` to the truth."""
+    from rapidfuzz.distance import Levenshtein
+
+    ref = _norm_tokens(" ".join(u["text"] for u in truth["asr"]))
+    words = [w for rec in records if rec.get("type") == "asr" for w in rec["words"]]
+    hyp: list[str] = []
+    owner: list[int] = []
+    for i, w in enumerate(words):
+        toks = _norm_tokens(w["word"])
+        hyp += toks
+        owner += [i] * len(toks)
+    hit = np.zeros(len(hyp), bool)
+    for op in Levenshtein.opcodes(hyp, ref):
+        if op.tag == "equal":
+            hit[op.src_start : op.src_end] = True
+    out = []
+    for i, w in enumerate(words):
+        mine = [k for k, o in enumerate(owner) if o == i]
+        if not mine:
+            continue  # punctuation or a filler the normalizer removes: nothing to be right about
+        out.append(
+            AsrSample(
+                split=split,
+                clip=clip,
+                p=_raw(w, "p"),
+                right=bool(hit[mine].all()),
+                word=" ".join(hyp[k] for k in mine),
+                t=float(w["t_start"]),
+            )
+        )
+    return out
+
+
+# -- the speech set's slides, drawn as a silent video --------------------------------------------
+
+THEMES = [
+    ((250, 250, 248), (25, 25, 35)),  # dark on white
+    ((245, 245, 245), (195, 195, 200)),  # very low contrast
+    ((30, 40, 70), (235, 235, 240)),  # light on navy
+    ((245, 245, 245), (150, 150, 160)),  # low contrast grey
+    ((250, 240, 200), (120, 60, 20)),  # brown on cream
+]
+HELDOUT_FONTS = [  # faces scripts/make_ocr_hard_set.py keeps for its held-out split
+    ("dejavu-sans-condensed", "dejavu-sans-condensed-bold"),
+    ("liberation-sans-italic", "liberation-narrow-bold"),
+    ("dejavu-serif-condensed", "dejavu-serif-condensed-bold"),
+    ("liberation-serif-italic", "liberation-mono-bold"),
+]
+SLIDE_FONTS = [  # (body, title) faces
+    ("dejavu-sans", "dejavu-sans-bold"),
+    ("liberation-serif", "liberation-serif-bold"),
+    ("liberation-sans", "liberation-sans-bold"),
+    ("liberation-narrow", "liberation-narrow"),
+    ("dejavu-mono", "dejavu-mono"),
+    ("dejavu-serif", "dejavu-serif-bold"),
+]
+
+
+def slide_video(
+    truth: dict[str, Any], seed: int, path: Path, held_out: bool
+) -> list[tuple[float, float]]:
+    """The clip's slides drawn in a theme and in fonts picked by `seed` (held-out clips draw
+    from the faces the OCR set keeps for its held-out split), each slide degraded its own way
+    (drawn small, at a lower resolution scaled back up, blurred, grainy: the fit needs
+    misreadings), 2 s each; returns each slide's span."""
+    from PIL import Image, ImageDraw, ImageFilter
+
+    from make_demo_clip import TextBlock, _draw_block
+    from make_ocr_hard_set import encode_stills
+
+    rng = np.random.default_rng(seed)
+    bg, ink = THEMES[int(rng.integers(len(THEMES)))]
+    faces = HELDOUT_FONTS if held_out else SLIDE_FONTS
+    font, title_font = faces[int(rng.integers(len(faces)))]
+    images = []
+    for slide in truth["ocr"]:
+        size = int(rng.choice([14, 17, 20, 24, 30]))
+        scale = float(rng.choice([0.4, 0.5, 0.7, 1.0]))
+        img = Image.new("RGB", (1280, 720), bg)
+        draw = ImageDraw.Draw(img)
+        title, *body = slide["lines"]
+        _draw_block(draw, TextBlock((title,), title_font, size + 14, ink, 80, 70))
+        _draw_block(draw, TextBlock(tuple(body), font, size, ink, 100, 200))
+        if scale < 1.0:
+            small = img.resize((round(1280 * scale), round(720 * scale)), Image.BILINEAR)
+            img = small.resize((1280, 720), Image.BILINEAR)
+        blur = float(rng.choice([0.0, 0.7, 1.2]))
+        if blur:
+            img = img.filter(ImageFilter.GaussianBlur(blur))
+        grain = float(rng.choice([0.0, 8.0, 16.0]))
+        if grain:
+            px = np.asarray(img, np.float32) + rng.normal(0.0, grain, (720, 1280, 1))
+            img = Image.fromarray(np.clip(px, 0, 255).astype(np.uint8))
+        images.append(img)
+    encode_stills(path, images, 2.0, 30)
+    return [(2.0 * i, 2.0 * (i + 1)) for i in range(len(images))]
+
+
+# -- collection -----------------------------------------------------------------------------------
+
+
+def _speech_clips(
+    seeds: int, fit_clips: int, seed: int, workdir: Path
+) -> list[tuple[str, Path, dict[str, Any]]]:
+    """(split, audio, truth) of the speech set; `fit_clips` more to fit on, in `FIT_VOICES`
+    with other noise, speed and music; and the set's synthetic clips again at `seeds` other
+    seeds (other noise samples and pauses), each in its own split (held-out voices score)."""
+    manifest = json.loads((SPEECH_SET / "set.json").read_text())["clips"]
+    out = []
+    for c in manifest:
+        truth = json.loads((SPEECH_SET / f"{c['name']}.truth.json").read_text())
+        split = "fit" if c["split"] == "dev" else "eval"
+        out.append((split, SPEECH_SET / f"{c['name']}.ogg", truth))
+    import make_speech_set as mss
+
+    rng = np.random.default_rng(seed)
+    for i in range(fit_clips):
+        base = mss.CLIPS[i % len(mss.CLIPS)]
+        noise, snr = NOISES[int(rng.integers(len(NOISES)))]
+        clip = dataclasses.replace(
+            base,
+            name=f"fit{i:02d}-{base.topic}",
+            voice=FIT_VOICES[i % len(FIT_VOICES)],
+            speed_wpm=int(rng.integers(130, 186)),
+            noise=noise,
+            snr_db=snr,
+            music_db=-14 if rng.random() < 0.25 else None,
+            split="dev",
+        )
+        truth = mss.build_clip(clip, seed + 500 + i, workdir, workdir)
+        out.append(("fit", workdir / f"{clip.name}.ogg", truth))
+    if seeds:
+        for r in range(seeds):
+            for i, clip in enumerate(mss.CLIPS):
+                truth = mss.build_clip(clip, seed + 100 * (r + 1) + i, workdir, workdir)
+                dst = workdir / f"{clip.name}-seed{r + 1}.ogg"
+                (workdir / f"{clip.name}.ogg").rename(dst)
+                out.append(("fit" if clip.split == "dev" else "eval", dst, truth))
+    return out
+
+
+def collect(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    from streamfuse.assets import demo_files
+
+    ocr: list[OcrSample] = []
+    asr: list[AsrSample] = []
+    slides: list[dict[str, Any]] = []  # per speech clip: slide readings for the shared terms
+    variants = args.variants.split(",")
+    clips = [("fit", p) for p in sorted((OCR_SET / "dev").glob("*.mp4"))]
+    clips += [
+        ("eval", p) for s in ("heldout", "fresh") for p in sorted((OCR_SET / s).glob("*.mp4"))
+    ]
+    for split, clip in clips:
+        truth = json.loads(clip.with_name(clip.stem + ".truth.json").read_text())
+        for v in variants:
+            t0 = time.perf_counter()
+            recs = run_clip(clip, ocr=True, asr=False, vision=VARIANTS[v], key=f"{clip.stem}-{v}")
+            ocr += ocr_samples(recs, truth, split, clip.stem, v)
+            log.info("ocr %s %s: %.1f s", clip.stem, v, time.perf_counter() - t0)
+    with demo_files() as demo:
+        truth = json.loads(demo.truth.read_text())
+        t0 = time.perf_counter()
+        recs = run_clip(demo.clip, ocr=True, asr=True, key="lecture")
+        ocr += ocr_samples(recs, truth, "fit", "lecture", "dynamic")
+        lecture_asr = asr_samples(recs, truth, "fit", "lecture")
+        asr += lecture_asr
+        slides.append({"clip": "lecture", "split": "fit", "truth": truth, "ocr": recs})
+        log.info("lecture: %.1f s", time.perf_counter() - t0)
+    for k, (split, audio, truth) in enumerate(
+        _speech_clips(args.seeds, args.fit_clips, args.seed, workdir)
+    ):
+        t0 = time.perf_counter()
+        recs = run_clip(audio, ocr=False, asr=True, key=f"asr-{audio.stem}")
+        asr += asr_samples(recs, truth, split, audio.stem)
+        video = workdir / f"slides-{audio.stem}.mp4"
+        spans = slide_video(truth, args.seed + k, video, held_out=split == "eval")
+        variant = ("dynamic", "fixed480", "fixed320")[k % 3]
+        vrecs = run_clip(
+            video,
+            ocr=True,
+            asr=False,
+            vision=VARIANTS[variant],
+            key=f"slides2-{audio.stem}-{args.seed + k}-{variant}",
+        )
+        # Put each reading back on the clip's own slide times.
+        shifted = []
+        for rec in vrecs:
+            if rec.get("type") != "ocr":
+                continue
+            i = next((j for j, (a, b) in enumerate(spans) if a <= rec["t_start"] < b), None)
+            if i is None:
+                continue
+            s = truth["ocr"][i]
+            shifted.append({**rec, "t_start": s["t_start"] + 1e-3 * (rec["t_start"] - spans[i][0])})
+        vtruth = {
+            "ocr": [{**s, "t_start": s["t_start"], "t_end": s["t_end"]} for s in truth["ocr"]]
+        }
+        ocr += ocr_samples(shifted, vtruth, split, f"slides-{audio.stem}", variant)
+        slides.append({"clip": audio.stem, "split": split, "truth": truth, "ocr": shifted + recs})
+        log.info("speech %s: %.1f s", audio.stem, time.perf_counter() - t0)
+    return {
+        "ocr": [asdict(s) for s in ocr],
+        "asr": [asdict(s) for s in asr],
+        "shared_runs": slides,
+    }
+
+
+# -- shared terms ----------------------------------------------------------------------------------
+
+
+def _content(word: str) -> bool:
+    return len(word) >= 3 and word.isalpha() and word not in STOPWORDS
+
+
+def shared_terms(run: dict[str, Any], ocr_cal: Any, asr_cal: Any) -> list[dict[str, Any]]:
+    """ASR content words said while a slide is up whose reading holds a similar word: each
+    with speech's calibrated p, the screen's estimate that the word is right, and the label."""
+    from rapidfuzz.distance import Levenshtein
+
+    truth, recs = run["truth"], run["ocr"]
+    words = asr_samples(recs, truth, run["split"], run["clip"])
+    readings = [r for r in recs if r.get("type") == "ocr"]
+    out = []
+    for w in words:
+        if not _content(w.word):
+            continue
+        slide = next((s for s in truth["ocr"] if s["t_start"] <= w.t < s["t_end"]), None)
+        if slide is None:
+            continue
+        on = [r for r in readings if slide["t_start"] <= r["t_start"] < slide["t_end"]]
+        if not on:
+            continue
+        best: tuple[float, str, float] | None = None
+        for ln in on[-1]["lines"]:
+            conf = _raw(ln, "conf")
+            for tok in _norm_tokens(ln["text"]):
+                sim = Levenshtein.normalized_similarity(tok, w.word)
+                if best is None or sim > best[0]:
+                    best = (sim, tok, conf)
+        if best is None or best[0] < 0.75:
+            continue
+        p_ocr = float(ocr_cal.apply([best[2]])[0])
+        out.append(
+            {
+                "split": run["split"],
+                "clip": run["clip"],
+                "word": w.word,
+                "ocr_word": best[1],
+                "p_asr": float(asr_cal.apply([w.p])[0]),
+                "p_ocr": p_ocr if best[1] == w.word else 1.0 - p_ocr,
+                "right": w.right,
+            }
+        )
+    return out
+
+
+# -- scoring ---------------------------------------------------------------------------------------
+
+
+def _pairs(terms: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
+    """(n, 2) probabilities (speech, screen) and the labels of shared terms."""
+    p = np.array([[t["p_asr"], t["p_ocr"]] for t in terms], float).reshape(-1, 2)
+    return p, np.array([t["right"] for t in terms], float)
+
+
+def _scores(p: Iterable[float], y: Iterable[bool]) -> dict[str, float]:
+    from streamfuse.text.calibration import brier, ece
+
+    pa, ya = np.asarray(list(p), float), np.asarray(list(y), float)
+    return {"ece": round(ece(pa, ya), 4), "brier": round(brier(pa, ya), 4), "n": int(pa.size)}
+
+
+def calibrate(
+    name: str, p_fit: np.ndarray, y_fit: np.ndarray, p_ev: np.ndarray, y_ev: np.ndarray, target: str
+) -> tuple[Any, dict[str, Any]]:
+    from streamfuse.text.calibration import FITTERS, fit_best
+
+    cal, cv = fit_best(p_fit, y_fit, target=target)
+    row: dict[str, Any] = {
+        "fit": {"n": int(p_fit.size), "positives": round(float(y_fit.mean()), 4)},
+        "heldout_positives": round(float(y_ev.mean()), 4),
+        "raw": _scores(p_ev, y_ev),
+        "cv_ece": {k: round(v, 4) for k, v in cv.items()},
+        "chosen": cal.method,
+        "after": _scores(cal.apply(p_ev), y_ev),
+    }
+    for m, fitter in FITTERS.items():  # every method on held-out, for the write-up
+        row[m] = _scores(fitter(p_fit, y_fit).apply(p_ev), y_ev)
+    print(
+        f"{name:4s} held-out n={row['raw']['n']:5d}  ECE raw {row['raw']['ece']:.4f} -> "
+        f"{cal.method} {row['after']['ece']:.4f}   Brier {row['raw']['brier']:.4f} -> "
+        f"{row['after']['brier']:.4f}   (fit n={p_fit.size})"
+    )
+    return cal, row
+
+
+def plot(path: Path, title: str, curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
+    """A reliability diagram: accuracy per confidence bin for each curve, with bin counts."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from streamfuse.text.calibration import ece, reliability
+
+    fig, (ax, hist) = plt.subplots(
+        2, 1, figsize=(5.2, 6.0), gridspec_kw={"height_ratios": [3, 1]}, sharex=True
+    )
+    ax.plot([0, 1], [0, 1], ls="--", c="grey", lw=1, label="perfect")
+    for i, (label, (p, y)) in enumerate(curves.items()):
+        bins = [b for b in reliability(p, y) if b.count]
+        ax.plot(
+            [b.mean_conf for b in bins],
+            [b.accuracy for b in bins],
+            marker="o",
+            label=f"{label} (ECE {ece(p, y):.3f})",
+        )
+        hist.hist(p, bins=10, range=(0, 1), alpha=0.5, label=label, color=f"C{i}")
+    ax.set_ylabel("fraction right")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=8, loc="upper left")
+    hist.set_xlabel("predicted probability")
+    hist.set_ylabel("count")
+    hist.set_yscale("log")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    from streamfuse.text.calibration import fit_joint
+
+    result: dict[str, Any] = {}
+    o = data["ocr"]
+    ocr_y = np.array([s["cer"] <= args.line_cer for s in o])
+    ocr_p = np.array([s["conf"] for s in o])
+    ocr_fit = np.array([s["split"] == "fit" for s in o])
+    a = data["asr"]
+    asr_y = np.array([s["right"] for s in a])
+    asr_p = np.array([s["p"] for s in a])
+    asr_fit = np.array([s["split"] == "fit" for s in a])
+    ocr_cal, result["ocr"] = calibrate(
+        "ocr",
+        ocr_p[ocr_fit],
+        ocr_y[ocr_fit],
+        ocr_p[~ocr_fit],
+        ocr_y[~ocr_fit],
+        "the OCR line is read exactly (spaces ignored)",
+    )
+    asr_cal, result["asr"] = calibrate(
+        "asr",
+        asr_p[asr_fit],
+        asr_y[asr_fit],
+        asr_p[~asr_fit],
+        asr_y[~asr_fit],
+        "the ASR word is right (Whisper-normalized alignment to the truth)",
+    )
+    terms = [t for run in data["shared_runs"] for t in shared_terms(run, ocr_cal, asr_cal)]
+    fit_t = [t for t in terms if t["split"] == "fit"]
+    ev_t = [t for t in terms if t["split"] == "eval"]
+    joint, p_joint, best = None, None, None
+    result["shared"] = {"fit_terms": len(fit_t), "heldout_terms": len(ev_t)}
+    if fit_t and ev_t:
+        p_fit, y_fit = _pairs(fit_t)
+        p_ev, y_ev = _pairs(ev_t)
+        joint = fit_joint(p_fit, y_fit, target="the spoken term is right (speech + screen)")
+        p_joint = joint.apply(p_ev)
+        single = {"asr": _scores(p_ev[:, 0], y_ev), "ocr": _scores(p_ev[:, 1], y_ev)}
+        best = min(single, key=lambda k: single[k]["ece"])
+        result["shared"].update(
+            {
+                "heldout_positives": round(float(y_ev.mean()), 4),
+                "asr": single["asr"],
+                "ocr": single["ocr"],
+                "joint": _scores(p_joint, y_ev),
+                "best_single": best,
+                "joint_fit": {"a": round(joint.a, 4), "b": round(joint.b, 4)},
+            }
+        )
+        print(
+            f"shared terms held-out n={len(ev_t)}: ECE speech {single['asr']['ece']:.4f}, "
+            f"screen {single['ocr']['ece']:.4f}, joint {result['shared']['joint']['ece']:.4f}"
+        )
+    else:
+        print(f"shared terms: {len(fit_t)} to fit, {len(ev_t)} held-out: no joint figures")
+    if args.write_assets:
+        ASSET_DIR.mkdir(parents=True, exist_ok=True)
+        models: list[tuple[str, Any]] = [("ocr", ocr_cal), ("asr", asr_cal)]
+        for name, model in models + ([("joint", joint)] if joint is not None else []):
+            text = json.dumps(model.model_dump(mode="json"), indent=1) + "\n"
+            (ASSET_DIR / f"{name}.json").write_text(text)
+    if args.plots:
+        args.plots.mkdir(parents=True, exist_ok=True)
+        pe, ye = ocr_p[~ocr_fit], ocr_y[~ocr_fit]
+        plot(
+            args.plots / "ocr.png",
+            f"OCR lines, held-out (n={pe.size})",
+            {"raw conf": (pe, ye), f"calibrated ({ocr_cal.method})": (ocr_cal.apply(pe), ye)},
+        )
+        pe, ye = asr_p[~asr_fit], asr_y[~asr_fit]
+        plot(
+            args.plots / "asr.png",
+            f"ASR words, held-out (n={pe.size})",
+            {"raw p": (pe, ye), f"calibrated ({asr_cal.method})": (asr_cal.apply(pe), ye)},
+        )
+        if p_joint is not None:
+            plot(
+                args.plots / "shared.png",
+                f"Shared terms, held-out (n={len(ev_t)})",
+                {
+                    "speech (calibrated)": (p_ev[:, 0], y_ev),
+                    "screen (calibrated)": (p_ev[:, 1], y_ev),
+                    "joint": (p_joint, y_ev),
+                },
+            )
+        (args.plots / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+    result["summary"] = {
+        "ece_ocr_before": result["ocr"]["raw"]["ece"],
+        "ece_ocr_after": result["ocr"]["after"]["ece"],
+        "ece_asr_before": result["asr"]["raw"]["ece"],
+        "ece_asr_after": result["asr"]["after"]["ece"],
+        "ece_joint_shared": result["shared"]["joint"]["ece"] if best else None,
+        "ece_best_single_shared": result["shared"][best]["ece"] if best else None,
+    }
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--quick", action="store_true", help="2 vision policies, 2 fitting clips, no extra seeds"
+    )
+    parser.add_argument(
+        "--variants", help="vision policies, comma-separated (" + ",".join(VARIANTS) + ")"
+    )
+    parser.add_argument("--seeds", type=int, help="extra seeds of the synthetic speech clips")
+    parser.add_argument("--fit-clips", type=int, help="extra speech clips to fit on")
+    parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--line-cer", type=float, default=0.0, help="CER a right line may have")
+    parser.add_argument("--cache", type=Path, help="keep (and reuse) each run's records here")
+    parser.add_argument("--write-assets", action="store_true", help="ship the fitted calibrators")
+    parser.add_argument("--plots", type=Path, help="write reliability diagrams (PNG) here")
+    args = parser.parse_args(argv)
+    if args.variants is None:
+        args.variants = "dynamic,fixed320" if args.quick else ",".join(VARIANTS)
+    if args.seeds is None:
+        args.seeds = 0 if args.quick else 4
+    if args.fit_clips is None:
+        args.fit_clips = 2 if args.quick else 16
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    for noisy in ("RapidOCR", "onnxruntime", "streamfuse", "faster_whisper"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    import os
+
+    print(f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} logical cores)")
+    t0 = time.perf_counter()
+    global CACHE
+    if args.cache is not None:
+        args.cache.mkdir(parents=True, exist_ok=True)
+        CACHE = args.cache
+    key = f"samples2-{args.variants}-{args.seeds}-{args.fit_clips}-{args.seed}.json"
+    if CACHE is not None and (CACHE / key).exists():
+        data = json.loads((CACHE / key).read_text())
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            data = collect(args, Path(tmp))
+        if CACHE is not None:
+            (CACHE / key).write_text(json.dumps(data))
+    result = analyse(data, args)
+    s = result["summary"]
+    for m in ("ocr", "asr"):
+        before, after = s[f"ece_{m}_before"], s[f"ece_{m}_after"]
+        ok = "meets" if after <= before / 2 else "MISSES"
+        print(f"{m}: ECE after / before = {after / max(before, 1e-9):.2f} ({ok} <= 0.5)")
+    if s["ece_joint_shared"] is None:
+        ok = "no held-out shared terms"
+    elif s["ece_joint_shared"] <= s["ece_best_single_shared"]:
+        ok = "meets"
+    else:
+        ok = "MISSES"
+    print(
+        f"shared: joint ECE {s['ece_joint_shared']} vs best single "
+        f"{s['ece_best_single_shared']} ({ok})"
+    )
+    out = {
+        **s,
+        "elapsed_s": round(time.perf_counter() - t0, 1),
+        "quick": args.quick,
+        "detail": {k: result[k] for k in ("ocr", "asr", "shared")},
+    }
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
