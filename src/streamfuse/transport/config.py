@@ -63,7 +63,7 @@ class TransportConfig(BaseModel):
         description="RTO floor (RFC 6298 says 1 s for TCP; a deadline of ~1 s needs less).",
     )
     nack_delay_s: float = Field(
-        0.01, ge=0.0, le=1.0, description="Reordering allowance before a gap is NACKed."
+        0.03, ge=0.0, le=1.0, description="Reordering allowance before a gap is NACKed."
     )
 
 
