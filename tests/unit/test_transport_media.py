@@ -56,7 +56,7 @@ def _slide() -> tuple[KeyFrame, list[tuple[int, int, int, int]]]:
 
 def test_patches_keep_text_and_rebuild_it_exactly_with_png() -> None:
     frame, boxes = _slide()
-    config = TransportConfig(patch_codec="png", text_pad_px=0, patch_px=8)
+    config = TransportConfig(patch_codec="png", grey_levels=256, text_pad_px=0, patch_px=8)
     message = encode_patches(frame, boxes, 1.0, config)
     rebuilt = decode_patches(message.payload, message.shape, stream_id="s", arrival_wall=1.0)
     assert message.kept == message.candidates < (15 * 25)  # background patches never sent
@@ -69,7 +69,7 @@ def test_patches_keep_text_and_rebuild_it_exactly_with_png() -> None:
 
 def test_keep_ratio_keeps_the_changed_text_first() -> None:
     frame, boxes = _slide()
-    config = TransportConfig(patch_codec="png", text_pad_px=0, patch_px=8)
+    config = TransportConfig(patch_codec="png", grey_levels=256, text_pad_px=0, patch_px=8)
     full = encode_patches(frame, boxes, 1.0, config)
     n_cells = full.shape[0] * full.shape[1]
     part = encode_patches(frame, boxes, 0.1, config)
@@ -79,6 +79,22 @@ def test_keep_ratio_keeps_the_changed_text_first() -> None:
     # The second line lies in the changed region: it outranks the first.
     assert np.array_equal(rebuilt.image[64:72, 16:184, 0], frame.image[64:72, 16:184, 0])
     assert (rebuilt.image[10:26, 10:90, 0] == 230).any()
+
+
+def test_quantized_patches_keep_each_patch_range_and_shrink_the_payload() -> None:
+    frame, boxes = _slide()
+    exact = TransportConfig(grey_levels=256, text_pad_px=0, patch_px=8)
+    four = TransportConfig(grey_levels=4, text_pad_px=0, patch_px=8)
+    a, b = encode_patches(frame, boxes, 1.0, exact), encode_patches(frame, boxes, 1.0, four)
+    assert len(b.payload) < 0.7 * len(a.payload)
+    rebuilt = decode_patches(b.payload, b.shape, stream_id="s", arrival_wall=0.0)
+    x0, y0, x1, y1 = boxes[0]
+    original = frame.image[y0:y1, x0:x1, 0].astype(int)
+    got = rebuilt.image[y0:y1, x0:x1, 0].astype(int)
+    # 4 levels over a patch's own range (at most 0..230 here, where a patch holds paper too):
+    # every pixel within half a step of the truth, and the range itself kept.
+    assert np.abs(got - original).max() <= 230 / 3 / 2 + 1
+    assert got.min() == original.min() and got.max() <= 230
 
 
 def test_malformed_patch_payload_is_a_wire_error() -> None:

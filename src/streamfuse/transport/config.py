@@ -20,7 +20,14 @@ class TransportConfig(BaseModel):
         6, ge=0, le=64, description="Margin kept around each detected text box, pixels."
     )
     patch_codec: Literal["jpeg", "png"] = Field(
-        "jpeg", description="Coding of the grey atlas of kept patches."
+        "png", description="Coding of the grey atlas of kept patches."
+    )
+    grey_levels: int = Field(
+        4,
+        ge=2,
+        le=256,
+        description="Grey levels each patch is quantized to between its own darkest and "
+        "brightest pixel (256: no quantization). Text needs few: ink, paper, two edge shades.",
     )
     jpeg_quality: int = Field(85, ge=10, le=100, description="JPEG quality of the patch atlas.")
     det_max_side_px: int = Field(

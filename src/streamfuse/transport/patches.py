@@ -3,8 +3,9 @@ importance; the cloud reassembles a picture the OCR reads as it would the origin
 
 `encode_patches(frame, text_boxes, keep_ratio, config) -> PatchMessage` ranks the frame's
 `patch_px` grid by text coverage (and change since the previous key frame), keeps the top
-`keep_ratio` of the grid (never a patch without text), and codes the kept patches as one grey
-atlas (JPEG or PNG) plus a run-length coded bitmap. `decode_patches(payload, shape)` inverts it
+`keep_ratio` of the grid (never a patch without text), quantizes each kept patch to a few grey
+levels between its own darkest and brightest pixel, and codes them as one grey atlas (PNG or
+JPEG) plus a run-length coded bitmap and the per-patch grey ranges. `decode_patches(payload, shape)` inverts it
 into a `KeyFrame` (same media time, index, changed region and reason as the edge's).
 """
 
@@ -120,6 +121,15 @@ def encode_patches(
     padded[:h, :w] = grey
     tiles = padded.reshape(rows, p, cols, p).transpose(0, 2, 1, 3).reshape(rows * cols, p, p)
     kept = tiles[keep]
+    lo = kept.min(axis=(1, 2)) if k else np.zeros(0, dtype=np.uint8)
+    hi = kept.max(axis=(1, 2)) if k else np.zeros(0, dtype=np.uint8)
+    if config.grey_levels < 256 and k:
+        # Per patch: `grey_levels` steps from its darkest to its brightest pixel, spread over
+        # 0..255 so the atlas holds only that many distinct values (PNG's deflate likes it).
+        span = np.maximum(hi - lo, 1).astype(np.float32)[:, None, None]
+        steps = config.grey_levels - 1
+        q = np.rint((kept.astype(np.float32) - lo[:, None, None]) / span * steps)
+        kept = (q * (255 / steps)).round().astype(np.uint8)
     atlas = b""
     if k:
         a_rows = math.ceil(k / ATLAS_COLS)
@@ -149,10 +159,14 @@ def encode_patches(
         "content_bbox": None if frame.content_bbox is None else list(frame.content_bbox),
         "t_changed": frame.t_changed,
         "reason": frame.reason,
+        "levels": config.grey_levels,
     }
     meta_b = json.dumps(meta, separators=(",", ":")).encode()
     mask = rle_encode(keep)
-    payload = struct.pack("!I", len(meta_b)) + meta_b + struct.pack("!I", len(mask)) + mask + atlas
+    ranges = lo.astype(np.uint8).tobytes() + hi.astype(np.uint8).tobytes()
+    payload = b"".join(
+        [struct.pack("!I", len(meta_b)), meta_b, struct.pack("!I", len(mask)), mask, ranges, atlas]
+    )
     return PatchMessage(payload, (rows, cols, p), k / flat.size, k, candidates)
 
 
@@ -169,13 +183,18 @@ def decode_patches(
         (n_mask,) = struct.unpack_from("!I", payload, 4 + n_meta)
         start = 8 + n_meta
         keep = rle_decode(payload[start : start + n_mask], rows * cols)
-        atlas_b = payload[start + n_mask :]
+        k = int(keep.sum())
+        start += n_mask
+        ranges = np.frombuffer(payload[start : start + 2 * k], dtype=np.uint8)
+        if len(ranges) != 2 * k:
+            raise WireError("patch message: grey ranges cut short")
+        atlas_b = payload[start + 2 * k :]
         w, h, bg = int(meta["w"]), int(meta["h"]), int(meta["bg"])
+        levels = int(meta.get("levels", 256))
     except (struct.error, ValueError, KeyError, TypeError) as e:
         raise WireError(f"malformed patch message: {e}") from e
     if not (0 < w <= cols * p and 0 < h <= rows * p and 0 <= bg <= 255):
         raise WireError(f"patch message of {w}x{h} does not fit its {rows}x{cols} grid")
-    k = int(keep.sum())
     canvas = np.full((rows * cols, p, p), bg, dtype=np.uint8)
     if k:
         atlas = cv2.imdecode(np.frombuffer(atlas_b, dtype=np.uint8), cv2.IMREAD_GRAYSCALE)
@@ -183,8 +202,12 @@ def decode_patches(
         a_rows = math.ceil(k / ATLAS_COLS)
         if atlas is None or atlas.shape != (a_rows * p, a_cols * p):
             raise WireError("patch atlas does not decode to the announced patches")
-        tiles = atlas.reshape(a_rows, p, a_cols, p).transpose(0, 2, 1, 3).reshape(-1, p, p)
-        canvas[keep] = tiles[:k]
+        tiles = atlas.reshape(a_rows, p, a_cols, p).transpose(0, 2, 1, 3).reshape(-1, p, p)[:k]
+        if 2 <= levels < 256:
+            lo = ranges[:k].astype(np.float32)[:, None, None]
+            span = np.maximum(ranges[k:].astype(np.float32) - ranges[:k], 1)[:, None, None]
+            tiles = np.clip(np.rint(lo + tiles.astype(np.float32) / 255 * span), 0, 255)
+        canvas[keep] = tiles.astype(np.uint8)
     grey = canvas.reshape(rows, cols, p, p).transpose(0, 2, 1, 3).reshape(rows * p, cols * p)
     rgb = np.ascontiguousarray(np.repeat(grey[:h, :w, None], 3, axis=2))
     content = meta.get("content_bbox")
