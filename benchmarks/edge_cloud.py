@@ -68,7 +68,7 @@ from streamfuse.vision.frames import KeyFrame  # noqa: E402
 from streamfuse.vision.ocr import RapidOcrEngine  # noqa: E402
 
 LIVE_720P_BPS = 2_000_000  # a typical live 720p30 camera stream (1.5-2.5 Mbit/s)
-LOSS5 = "loss=0.05,delay_ms=50,jitter_ms=40"  # 50 +- 20 ms: base 30 + uniform [0, 40]
+LOSS5 = "loss=0.05,delay_ms=30,jitter_ms=40"  # 50 +- 20 ms: base 30 + uniform [0, 40]
 LOSS5_FAULTS = FaultConfig(loss=0.05, delay_ms=30, jitter_ms=40, seed=11)
 BURSTY = FaultConfig(
     ge_p_bad=0.03,
@@ -452,6 +452,19 @@ def main() -> None:
             (
                 "cap200k_fixed70",
                 FaultConfig(bandwidth_bps=200_000, delay_ms=40, seed=13),
+                FixedKeepPolicy(0.7),
+                config,
+            ),
+            # Tighter than the demo's text needs at 200 kbit/s: where the policies differ.
+            (
+                "cap64k_adaptive",
+                FaultConfig(bandwidth_bps=64_000, delay_ms=40, queue_s=2.0, seed=14),
+                DeadlineKeepPolicy(1.5, 0.05),
+                config,
+            ),
+            (
+                "cap64k_fixed70",
+                FaultConfig(bandwidth_bps=64_000, delay_ms=40, queue_s=2.0, seed=14),
                 FixedKeepPolicy(0.7),
                 config,
             ),

@@ -16,7 +16,7 @@ from streamfuse.testing.netfault import FaultConfig, FaultProxy
 from streamfuse.transport.config import TransportConfig
 from streamfuse.transport.policy import ArticleKeepPolicy, DeadlineKeepPolicy
 from streamfuse.transport.udp import LinkEstimate, RttEstimator, UdpReceiver, UdpSender
-from streamfuse.transport.wire import Kind, Modality, Packet
+from streamfuse.transport.wire import Kind, Modality, Packet, encode
 
 pytestmark = pytest.mark.unit
 
@@ -103,8 +103,11 @@ async def _garbage() -> None:
     rx = await UdpReceiver.listen("127.0.0.1", 0, config)
     tx = await UdpSender.connect(*rx.address, config)
     raw = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    # Well-formed but hostile: far ahead of the sequence window, and another stream.
+    ahead = encode(Packet(sequence=2**32 - 1, payload=b"x"))
+    other = encode(Packet(stream=9, payload=b"x"))
     try:
-        for junk in (b"", b"SF", b"\x00" * 60, random.Random(0).randbytes(1400)):
+        for junk in (b"", b"SF", b"\x00" * 60, random.Random(0).randbytes(1400), ahead, other):
             raw.sendto(junk, rx.address)
         await asyncio.sleep(0.05)
         seq = tx.send(Packet(modality=Modality.JSON), b"{}")
@@ -114,7 +117,7 @@ async def _garbage() -> None:
         await tx.close()
         await rx.close()
     assert m.header.sequence == seq and m.payload == b"{}"
-    assert rx.stats.malformed == 4
+    assert rx.stats.malformed == 4 and rx.stats.foreign == 2
 
 
 def test_rto_follows_rfc_6298() -> None:

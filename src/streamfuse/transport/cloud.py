@@ -50,6 +50,7 @@ class LinkPayload(Payload):
     late_dropped: int = Field(ge=0, description="Messages given up at their deadline.")
     delivered: int = Field(ge=0)
     nacks_sent: int = Field(ge=0)
+    foreign: int = Field(ge=0, description="Valid datagrams of another stream or far ahead.")
     undecodable: int = Field(ge=0, description="Messages whose content did not decode.")
     video_messages: int = Field(ge=0)
     audio_messages: int = Field(ge=0)

@@ -5,8 +5,9 @@ importance; the cloud reassembles a picture the OCR reads as it would the origin
 `patch_px` grid by text coverage (and change since the previous key frame), keeps the top
 `keep_ratio` of the grid (never a patch without text), quantizes each kept patch to a few grey
 levels between its own darkest and brightest pixel, and codes them as one grey atlas (PNG or
-JPEG) plus a run-length coded bitmap and the per-patch grey ranges. `decode_patches(payload, shape)` inverts it
-into a `KeyFrame` (same media time, index, changed region and reason as the edge's).
+JPEG) plus a run-length coded bitmap and the per-patch grey ranges. `decode_patches(payload,
+shape)` inverts it into a `KeyFrame` (same media time, index, changed region and reason as the
+edge's).
 """
 
 from __future__ import annotations

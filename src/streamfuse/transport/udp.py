@@ -35,6 +35,9 @@ RETRANSMIT = 0x2
 _ACK = struct.Struct("!IIII")
 _LOSS_WINDOW = 400  # fragments the loss estimate looks back over
 _TICK_S = 0.005
+#: Sequences ahead of the next one due that the receiver accepts: a (buggy or hostile) packet
+#: far ahead must not make it track billions of "missing" messages.
+SEQUENCE_WINDOW = 4096
 
 
 class TransportError(StreamfuseError):
@@ -95,6 +98,8 @@ class ReceiverStats:
     delivered: int = 0
     reordered: int = 0
     nacks_sent: int = 0
+    #: Well-formed datagrams of another stream, or too far ahead of the sequence window.
+    foreign: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -367,8 +372,10 @@ class _In:
 class UdpReceiver:
     """The cloud end: reassembles, orders and delivers one edge's messages."""
 
-    def __init__(self, config: TransportConfig) -> None:
+    def __init__(self, config: TransportConfig, stream: int = 0) -> None:
         self.config = config
+        #: The stream number this receiver serves (the sender's `stream`).
+        self.stream = stream
         self.stats = ReceiverStats()
         self.peer: Any = None
         self._transport: asyncio.DatagramTransport | None = None
@@ -386,9 +393,9 @@ class UdpReceiver:
 
     @classmethod
     async def listen(
-        cls, host: str, port: int, config: TransportConfig | None = None
+        cls, host: str, port: int, config: TransportConfig | None = None, stream: int = 0
     ) -> UdpReceiver:
-        receiver = cls(config or TransportConfig())
+        receiver = cls(config or TransportConfig(), stream)
         loop = asyncio.get_running_loop()
         try:
             transport, _ = await loop.create_datagram_endpoint(
@@ -455,6 +462,9 @@ class UdpReceiver:
             return
         if p.kind not in (Kind.DATA, Kind.CONTROL):
             self.stats.malformed += 1
+            return
+        if p.stream != self.stream or p.sequence >= self._next + SEQUENCE_WINDOW:
+            self.stats.foreign += 1
             return
         self.peer = addr
         self.stats.datagrams += 1
