@@ -10,8 +10,10 @@ Side by side in one run (docs/edge-cloud.md explains each figure):
    the proxy: deadline hit rate at 5% loss + 50 +- 20 ms; bursty Gilbert-Elliott loss ~10% +
    reordering + duplication + 1% corruption (messages delivered with a wrong payload: must be 0);
    a 200 kbit/s cap with the adaptive (deadline) keep policy vs a fixed 70% keep ratio;
-4. codec fuzz (10^6 inputs; 10^5 with --quick) and garbage into a live receive loop.
-Not measured: the model split (F10, INT8/FP8 tensors across the link): null in the JSON.
+4. the model split (F10): Whisper tiny.en's encoder on the edge, its decoder in the cloud, the
+   encoder output (1 x 1500 x 384 per 30 s window) across the wire codec as FP32, INT8 and FP8
+   e4m3: bytes per minute of audio and WER vs the truth and vs the FP32 split;
+5. codec fuzz (10^6 inputs; 10^5 with --quick) and garbage into a live receive loop.
 CPU timings on a shared machine are noisy; byte counts and accuracies are not.
 
     python benchmarks/edge_cloud.py [--quick]
@@ -323,6 +325,69 @@ async def garbage_into_receiver(n: int) -> dict[str, Any]:
     return {"datagrams": n, "alive_after": alive, "malformed_counted": rx.stats.malformed}
 
 
+# -- 4. model split ------------------------------------------------------------------------------
+
+
+def model_split(clip: Path, truth: Any) -> dict[str, Any]:
+    """Whisper encoder (edge) -> tensor through the wire codec -> decoder (cloud)."""
+    from streamfuse.audio.models import resolve_whisper_model
+    from streamfuse.text import wer
+    from streamfuse.transport.tensor import WhisperSplit, dequantize, tensor_packet
+    from streamfuse.transport.wire import DType, decode, encode, fragment
+
+    resample, pieces = MonoResampler(), []
+    with av.open(str(clip)) as c:
+        for frame in c.decode(audio=0):
+            pieces.append(resample(frame))
+    x = np.concatenate(pieces)
+    # Windows of whole utterances, at most 30 s each (Whisper's window).
+    windows: list[tuple[float, float, str]] = []
+    for u in truth.asr:
+        if windows and u.t_end - windows[-1][0] <= 29.5:
+            t0, _, text = windows[-1]
+            windows[-1] = (t0, u.t_end, f"{text} {u.text}")
+        else:
+            windows.append((max(0.0, u.t_start - 0.2), u.t_end, u.text))
+    split = WhisperSplit(resolve_whisper_model("tiny.en"))
+    encoded = []
+    t = time.perf_counter()
+    for t0, t1, _ in windows:
+        encoded.append(split.encode(x[int(t0 * 16_000) : int((t1 + 0.3) * 16_000)]))
+    encode_s = time.perf_counter() - t
+    reference = " ".join(text for _, _, text in windows)
+    result: dict[str, Any] = {"windows": len(windows), "edge_encode_s": round(encode_s, 2)}
+    texts: dict[str, str] = {}
+    audio_min = sum(t1 - t0 for t0, t1, _ in windows) / 60.0
+    for dtype in (DType.FLOAT32, DType.INT8, DType.FLOAT8_E4M3):
+        size, hyps = 0, []
+        for enc in encoded:
+            header, payload = tensor_packet(enc, dtype)
+            datagrams = [encode(p) for p in fragment(header, payload, 1200)]
+            size += sum(len(d) for d in datagrams)
+            parts = [decode(d) for d in datagrams]
+            back = dequantize(
+                b"".join(p.payload for p in parts),
+                parts[0].shape,
+                parts[0].dtype,
+                parts[0].quant_scale,
+            )
+            hyps.append(split.decode(back))
+        texts[dtype.name] = " ".join(hyps)
+        result[dtype.name.lower()] = {
+            "bytes_per_min": round(size / audio_min),
+            "wer_vs_truth": round(wer(reference, texts[dtype.name]), 4),
+            "wer_vs_fp32": round(
+                wer(texts.get("FLOAT32", texts[dtype.name]), texts[dtype.name]), 4
+            ),
+        }
+        log(
+            f"model split {dtype.name:<12} {size / audio_min:>12.0f} B/min of audio, WER vs truth "
+            f"{result[dtype.name.lower()]['wer_vs_truth']}, vs FP32 "
+            f"{result[dtype.name.lower()]['wer_vs_fp32']}"
+        )
+    return result
+
+
 # -- main ----------------------------------------------------------------------------------------
 
 
@@ -335,7 +400,7 @@ def main() -> None:
         logging.getLogger(noisy).setLevel(logging.ERROR)
     started = time.perf_counter()
     log(f"machine: {cpu_description()}")
-    out: dict[str, Any] = {"quick": args.quick, "model_split": None}
+    out: dict[str, Any] = {"quick": args.quick}
     with demo_files() as files:
         clip, truth_path = Path(files.clip), Path(files.truth)
         truth = load_truth(truth_path)
@@ -487,7 +552,9 @@ def main() -> None:
         out["deadline_hit_rate_loss5"] = conditions["loss5"]["deadline_hit_rate"]
         out["corrupted_results_bursty"] = conditions["bursty"]["corrupted"]
 
-    # 4. fuzz
+        out["model_split"] = model_split(clip, truth)
+
+    # 5. fuzz
     n = 10**5 if args.quick else 10**6
     t = time.perf_counter()
     fuzz = fuzz_decode(n, seed=2026)

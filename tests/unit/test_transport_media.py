@@ -16,7 +16,8 @@ from streamfuse.sources.media import MonoResampler
 from streamfuse.transport.config import TransportConfig
 from streamfuse.transport.patches import decode_patches, encode_patches, rle_decode, rle_encode
 from streamfuse.transport.speech import OPUS_FRAME, SpeechDecoder, SpeechEncoder
-from streamfuse.transport.wire import WireError
+from streamfuse.transport.tensor import dequantize, tensor_packet
+from streamfuse.transport.wire import DType, WireError, decode, encode, fragment
 from streamfuse.vision.frames import KeyFrame
 
 pytestmark = pytest.mark.unit
@@ -138,3 +139,28 @@ def test_speech_round_trip_is_aligned_and_silence_is_not_sent() -> None:
     assert np.corrcoef(x[sent], y[sent])[0, 1] > 0.85
     with pytest.raises(WireError):
         decoder.decode(chunks[0].payload()[:-3])
+
+
+@pytest.mark.parametrize(
+    ("dtype", "rel_error"),
+    [(DType.FLOAT32, 0.0), (DType.INT8, 0.5 / 127), (DType.FLOAT8_E4M3, 0.07)],
+)
+def test_tensors_cross_the_wire_within_their_code_error(dtype: DType, rel_error: float) -> None:
+    x = np.random.default_rng(0).standard_normal((2, 50, 16)).astype(np.float32)
+    header, payload = tensor_packet(x, dtype)
+    parts = [decode(encode(p)) for p in fragment(header, payload, 600)]
+    first = parts[0]
+    back = dequantize(
+        b"".join(p.payload for p in parts), first.shape, first.dtype, first.quant_scale
+    )
+    peak = float(np.abs(x).max())
+    # INT8: half a step of max|x|/127 everywhere; FP8 e4m3: 3 mantissa bits (relative 1/16)
+    # plus the subnormal floor near zero.
+    err = np.abs(back - x)
+    assert back.shape == x.shape
+    assert (
+        err <= rel_error * np.maximum(np.abs(x), peak if dtype is DType.INT8 else 0) + 1e-3 * peak
+    ).all()
+    assert len(payload) == x.size * (4 if dtype is DType.FLOAT32 else 1)
+    with pytest.raises(WireError):
+        dequantize(payload[:-1], first.shape, first.dtype, first.quant_scale)
