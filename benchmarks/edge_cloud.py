@@ -322,7 +322,12 @@ async def garbage_into_receiver(n: int) -> dict[str, Any]:
         raw.close()
         await tx.close()
         await rx.close()
-    return {"datagrams": n, "alive_after": alive, "malformed_counted": rx.stats.malformed}
+    return {
+        "datagrams": n,
+        "alive_after": alive,
+        "malformed_counted": rx.stats.malformed,
+        "foreign_counted": rx.stats.foreign,
+    }
 
 
 # -- 4. model split ------------------------------------------------------------------------------
@@ -393,7 +398,9 @@ def model_split(clip: Path, truth: Any) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer CRFs, 10^5 fuzz, 2x replay")
+    parser.add_argument(
+        "--quick", action="store_true", help="3 CRFs, 10^5 fuzz, 2x replay (but capped links)"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     for noisy in ("RapidOCR", "faster_whisper", "onnxruntime"):
@@ -535,7 +542,9 @@ def main() -> None:
             ),
         ):
             t = time.perf_counter()
-            r = asyncio.run(replay(items, faults, cfg, policy, speed))
+            # A bandwidth cap only means what it says at media pace.
+            pace = 1.0 if faults.bandwidth_bps is not None else speed
+            r = asyncio.run(replay(items, faults, cfg, policy, pace))
             frames = r.pop("kept_frames")
             # OCR of what the cloud had in time (a key frame missing its deadline reads as
             # nothing), vs the local read of each key frame.
