@@ -35,6 +35,7 @@ RETRANSMIT = 0x2
 _ACK = struct.Struct("!IIII")
 _LOSS_WINDOW = 400  # fragments the loss estimate looks back over
 _TICK_S = 0.005
+_SEND_LOG = 10_000  # messages whose send time the sender remembers
 #: Sequences ahead of the next one due that the receiver accepts: a (buggy or hostile) packet
 #: far ahead must not make it track billions of "missing" messages.
 SEQUENCE_WINDOW = 4096
@@ -148,6 +149,7 @@ class UdpSender:
         self.rtt = RttEstimator(config.initial_rto_s, config.min_rto_s)
         self.loss = 0.0
         self.bandwidth_bps: float | None = None
+        #: Sequence -> wall time it was first sent (the newest `_SEND_LOG` messages).
         self.send_wall: dict[int, float] = {}
         self._seq = 0
         self._out: dict[int, _Out] = {}
@@ -222,6 +224,8 @@ class UdpSender:
         self._out[seq] = out
         self._idle.clear()
         self.send_wall[seq] = now
+        if len(self.send_wall) > _SEND_LOG:  # a bounded log: the oldest entries go first
+            del self.send_wall[next(iter(self.send_wall))]
         self.stats.messages += 1
         for d in datagrams:
             self._put(d)
