@@ -12,9 +12,11 @@ edge's).
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import struct
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +61,22 @@ def importance(
         ] = 0.25
         score = np.where(score > 0, score + bonus, 0.0)
     return score
+
+
+def _palette_png(image: np.ndarray, levels: int) -> bytes:
+    """A grey image holding only `levels` evenly spread values, as a 1/2/4-bit palette PNG
+    (its palette maps each index back to the grey value, so any PNG reader sees grey)."""
+    from PIL import Image
+
+    steps = levels - 1
+    index = np.rint(image.astype(np.float32) * steps / 255).astype(np.uint8)
+    palette = [round(i * 255 / steps) for i in range(levels) for _ in range(3)]
+    picture = Image.fromarray(index, mode="P")
+    picture.putpalette(palette)
+    bits = 1 if levels <= 2 else 2 if levels <= 4 else 4
+    out = io.BytesIO()
+    picture.save(out, format="PNG", optimize=True, bits=bits)
+    return out.getvalue()
 
 
 def rle_encode(bits: np.ndarray) -> bytes:
@@ -142,13 +160,17 @@ def encode_patches(
             .transpose(0, 2, 1, 3)
             .reshape(a_rows * p, a_cols * p)
         )
-        if config.patch_codec == "jpeg":
-            ok, buf = cv2.imencode(".jpg", image, [cv2.IMWRITE_JPEG_QUALITY, config.jpeg_quality])
+        if config.patch_codec == "png" and config.grey_levels <= 16:
+            atlas = _palette_png(image, config.grey_levels)
         else:
-            ok, buf = cv2.imencode(".png", image, [cv2.IMWRITE_PNG_COMPRESSION, 9])
-        if not ok:
-            raise WireError("cannot code the patch atlas")
-        atlas = buf.tobytes()
+            if config.patch_codec == "jpeg":
+                params = [cv2.IMWRITE_JPEG_QUALITY, config.jpeg_quality]
+                ok, buf = cv2.imencode(".jpg", image, params)
+            else:
+                ok, buf = cv2.imencode(".png", image, [cv2.IMWRITE_PNG_COMPRESSION, 9])
+            if not ok:
+                raise WireError("cannot code the patch atlas")
+            atlas = buf.tobytes()
     meta = {
         "t": frame.t_media,
         "index": frame.index,
@@ -164,9 +186,18 @@ def encode_patches(
     }
     meta_b = json.dumps(meta, separators=(",", ":")).encode()
     mask = rle_encode(keep)
-    ranges = lo.astype(np.uint8).tobytes() + hi.astype(np.uint8).tobytes()
+    # Many patches share a range (ink on paper): deflate takes the per-patch ranges to ~1/3.
+    ranges = zlib.compress(lo.astype(np.uint8).tobytes() + hi.astype(np.uint8).tobytes(), 9)
     payload = b"".join(
-        [struct.pack("!I", len(meta_b)), meta_b, struct.pack("!I", len(mask)), mask, ranges, atlas]
+        [
+            struct.pack("!I", len(meta_b)),
+            meta_b,
+            struct.pack("!I", len(mask)),
+            mask,
+            struct.pack("!I", len(ranges)),
+            ranges,
+            atlas,
+        ]
     )
     return PatchMessage(payload, (rows, cols, p), k / flat.size, k, candidates)
 
@@ -186,13 +217,18 @@ def decode_patches(
         keep = rle_decode(payload[start : start + n_mask], rows * cols)
         k = int(keep.sum())
         start += n_mask
-        ranges = np.frombuffer(payload[start : start + 2 * k], dtype=np.uint8)
+        (n_ranges,) = struct.unpack_from("!I", payload, start)
+        start += 4
+        ranges = np.frombuffer(
+            zlib.decompressobj().decompress(payload[start : start + n_ranges], 2 * k + 1),
+            dtype=np.uint8,
+        )
         if len(ranges) != 2 * k:
-            raise WireError("patch message: grey ranges cut short")
-        atlas_b = payload[start + 2 * k :]
+            raise WireError("patch message: grey ranges do not match the mask")
+        atlas_b = payload[start + n_ranges :]
         w, h, bg = int(meta["w"]), int(meta["h"]), int(meta["bg"])
         levels = int(meta.get("levels", 256))
-    except (struct.error, ValueError, KeyError, TypeError) as e:
+    except (struct.error, ValueError, KeyError, TypeError, zlib.error) as e:
         raise WireError(f"malformed patch message: {e}") from e
     if not (0 < w <= cols * p and 0 < h <= rows * p and 0 <= bg <= 255):
         raise WireError(f"patch message of {w}x{h} does not fit its {rows}x{cols} grid")
