@@ -274,7 +274,12 @@ async def build_pipeline(
                 # Slide-aware ASR: the stream's `ocr` events reach its ASR stage by observation.
                 screen = ScreenTerms(stream_id, window_s=asr_config.prime_window_s)
                 pipeline.observe(screen)
-            asr = AsrStage(asr_config, screen_terms=screen, name=f"asr:{stream_id}")
+            asr = AsrStage(
+                asr_config,
+                screen_terms=screen,
+                live=config.realtime or source.live,
+                name=f"asr:{stream_id}",
+            )
             pipeline.link(source, asr, maxsize=config.audio_queue)
             branch_ends.append(asr)
         elif config.asr:

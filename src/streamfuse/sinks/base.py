@@ -21,6 +21,12 @@ class EventSink(Stage):
     input_types = (EventFrame, ErrorFrame, GapFrame)
 
     async def process(self, frame: Frame) -> AsyncIterator[Frame]:
+        self.write(self.render(frame))
+        return
+        yield  # pragma: no cover
+
+    def render(self, frame: Frame) -> dict[str, Any]:
+        """The record of `frame`, its latency measured now (and recorded as a metric)."""
         assert isinstance(frame, EventFrame | ErrorFrame | GapFrame)
         now = now_wall()
         record = frame.to_record(now)
@@ -29,9 +35,7 @@ class EventSink(Stage):
         # Per sink: with several sinks attached one event is one sample in each sink's series.
         attrs = {"type": record["type"], "sink": self.name}
         instruments().event_latency.record(record["latency_ms"] / 1000.0, attrs)
-        self.write(record)
-        return
-        yield  # pragma: no cover
+        return record
 
     def write(self, record: dict[str, Any]) -> None:
         """Render one record (also called with records made outside the graph: build
