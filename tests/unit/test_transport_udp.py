@@ -48,6 +48,8 @@ async def _exchange(
     end = b'{"op":"end"}'
     sent[await tx.send_reliable(Packet(kind=Kind.CONTROL, modality=Modality.JSON), end, 5)] = end
     await tx.drain(3.0)
+    # The end is acknowledged on arrival; what precedes it may still wait for its deadline.
+    await asyncio.sleep(config.deadline_s + 0.1)
     await rx.close()
     await consumer
     await tx.close()

@@ -118,6 +118,7 @@ class _Out:
     last_send_wall: float = 0.0
     retransmitted: bool = False
     acked: asyncio.Future[None] | None = None
+    sent_at: dict[int, float] = field(default_factory=dict)  # fragment -> last resend
 
 
 class _Endpoint(asyncio.DatagramProtocol):
@@ -272,6 +273,7 @@ class UdpSender:
             self._idle.set()
 
     def _retransmit(self, out: _Out, index: int) -> None:
+        out.sent_at[index] = now_wall()
         p = out.packets[index]
         self._put(encode(replace(p, flags=p.flags | RETRANSMIT)))
         self.stats.retransmits += 1
@@ -296,8 +298,15 @@ class UdpSender:
                 return
             wanted = struct.unpack(f"!{len(p.payload) // 2}H", p.payload)
             indices = [i for i in wanted if i < len(out.datagrams)] or range(len(out.datagrams))
+            # A fragment sent less than an RTT ago may still be queued on the path: the NACK
+            # is stale, and resending it would only lengthen the queue (a retransmission storm
+            # on a slow link).
+            guard = self.rtt.srtt_s or 0.0
+            resend = [i for i in indices if now - out.sent_at.get(i, out.sent_wall) >= guard]
+            if not resend:
+                return
             out.retransmitted = True
-            for i in indices:
+            for i in resend:
                 self._retransmit(out, i)
             out.last_send_wall = now
         elif p.kind is Kind.ACK:
