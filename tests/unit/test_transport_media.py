@@ -4,6 +4,8 @@ media clock after decoding)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import av
 import numpy as np
 import pytest
@@ -14,7 +16,13 @@ from streamfuse.assets import demo_files
 from streamfuse.frames import AudioFrame
 from streamfuse.sources.media import MonoResampler
 from streamfuse.transport.config import TransportConfig
-from streamfuse.transport.patches import decode_patches, encode_patches, rle_decode, rle_encode
+from streamfuse.transport.patches import (
+    decode_patches,
+    encode_patches,
+    noise_sigma,
+    rle_decode,
+    rle_encode,
+)
 from streamfuse.transport.speech import OPUS_FRAME, SpeechDecoder, SpeechEncoder
 from streamfuse.transport.tensor import dequantize, tensor_packet
 from streamfuse.transport.wire import DType, WireError, decode, encode, fragment
@@ -164,3 +172,21 @@ def test_tensors_cross_the_wire_within_their_code_error(dtype: DType, rel_error:
     assert len(payload) == x.size * (4 if dtype is DType.FLOAT32 else 1)
     with pytest.raises(WireError):
         dequantize(payload[:-1], first.shape, first.dtype, first.quant_scale)
+
+
+def test_noisy_frames_are_denoised_before_quantization_and_clean_ones_are_not() -> None:
+    frame, boxes = _slide()
+    clean = np.full((120, 200), 230, dtype=np.uint8)
+    noisy = np.clip(clean + np.random.default_rng(1).normal(0, 4, clean.shape), 0, 255)
+    assert noise_sigma(clean) == 0.0 and noise_sigma(noisy.astype(np.uint8)) > 2.0
+    grain = np.random.default_rng(2).normal(0, 4, frame.image.shape)
+    camera = dataclasses.replace(frame, image=np.clip(frame.image + grain, 0, 255).astype(np.uint8))
+    on, off = TransportConfig(), TransportConfig(denoise_px=0)
+    assert len(encode_patches(camera, boxes, 1.0, on).payload) < len(
+        encode_patches(camera, boxes, 1.0, off).payload
+    )
+    # A clean frame codes the same either way (no blur).
+    assert (
+        encode_patches(frame, boxes, 1.0, on).payload
+        == encode_patches(frame, boxes, 1.0, off).payload
+    )

@@ -29,6 +29,17 @@ class TransportConfig(BaseModel):
         description="Grey levels each patch is quantized to between its own darkest and "
         "brightest pixel (256: no quantization). Text needs few: ink, paper, two edge shades.",
     )
+    denoise_px: int = Field(
+        3,
+        ge=0,
+        le=9,
+        description="Gaussian blur kernel (odd px, 0: off) before the grey quantization of a "
+        "noisy frame (a camera's): sensor noise would otherwise flip pixels between levels and "
+        "defeat the coding. Clean (rendered) frames are never blurred.",
+    )
+    denoise_min_sigma: float = Field(
+        1.0, ge=0.0, le=50.0, description="Estimated noise (grey levels) from which to blur."
+    )
     jpeg_quality: int = Field(85, ge=10, le=100, description="JPEG quality of the patch atlas.")
     det_max_side_px: int = Field(
         960, ge=320, le=4096, description="Long side the edge's text detector runs at."
