@@ -12,6 +12,7 @@ import pytest
 
 from streamfuse.app import StreamfuseConfig, build_pipeline, run_job
 from streamfuse.assets import demo_files
+from streamfuse.evaluation import load_truth
 from streamfuse.sinks import CollectSink
 from streamfuse.testing.media import cut
 from streamfuse.testing.netfault import FaultConfig
@@ -60,14 +61,20 @@ def _texts(sink: CollectSink, kind: str) -> list[str]:
 def test_cloud_reads_what_a_local_run_reads_through_a_lossy_link(tmp_path: Path) -> None:
     with demo_files() as files:
         clip = cut(files.clip, tmp_path / "cut.mp4", 18.0)  # three slides, ~17 s of speech
+        truth_path = files.truth
     config = StreamfuseConfig()
     local = asyncio.run(_local(clip, config))
     faults = FaultConfig(loss=0.05, delay_ms=50, jitter_ms=20, seed=7)
     cloud, link, report = asyncio.run(_split(clip, config, faults))
 
     assert _texts(cloud, "ocr") == _texts(local, "ocr") and len(_texts(local, "ocr")) == 3
-    local_words = " ".join(_texts(local, "asr"))
-    assert local_words and wer(local_words, " ".join(_texts(cloud, "asr"))) <= 0.02
+    # Speech: the cloud hears Opus, so Whisper may pick another word here and there; it must
+    # be as right as the local run against the truth, give or take one word (~2.5% here).
+    truth = load_truth(truth_path)
+    reference = " ".join(u.text for u in truth.asr if u.t_end <= 18.0)
+    local_wer = wer(reference, " ".join(_texts(local, "asr")))
+    cloud_wer = wer(reference, " ".join(_texts(cloud, "asr")))
+    assert local_wer < 0.2 and cloud_wer <= local_wer + 0.03
     # Same event contract: the cloud's OCR events carry the edge's frame index and reason.
     for a, b in zip(local.of_type("ocr"), cloud.of_type("ocr"), strict=True):
         assert (a["frame_index"], a["reason"], a["t_start"]) == (
