@@ -18,7 +18,6 @@ import asyncio
 import json
 import logging
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -27,50 +26,13 @@ from typing import Any
 import ray
 from ray.cluster_utils import Cluster
 
-from streamfuse.app import StreamfuseConfig, build_pipeline, run_job
+from streamfuse.app import StreamfuseConfig
 from streamfuse.scale import RayConfig, RayReport, run_on_ray
-from streamfuse.sinks import CollectSink
 from streamfuse.testing.machine import cpu_description
+from streamfuse.testing.records import SpeechWatch, committed_words, run_local, slide_texts
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CLIP = ROOT / "assets" / "test" / "short.mp4"
-
-
-class _SpeechWatch(CollectSink):
-    """Collects records and tells when the first committed speech arrived."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.first_speech = asyncio.Event()
-
-    def write(self, record: dict[str, Any]) -> None:
-        super().write(record)
-        if record["type"] == "asr":
-            self.first_speech.set()
-
-
-def _words(records: list[dict[str, Any]], stream_id: str) -> list[str]:
-    words = [
-        re.sub(r"[^\w']", "", w["word"].lower())
-        for r in records
-        if r["type"] == "asr" and r["stream_id"] == stream_id
-        for w in r["words"]
-    ]
-    return [w for w in words if w]
-
-
-def _slides(records: list[dict[str, Any]], stream_id: str) -> list[str]:
-    return [r["text"] for r in records if r["type"] == "ocr" and r["stream_id"] == stream_id]
-
-
-def _local(clip: Path, config: StreamfuseConfig) -> list[dict[str, Any]]:
-    async def main() -> list[dict[str, Any]]:
-        sink = CollectSink()
-        job = await build_pipeline([str(clip)], config, [sink])
-        await run_job(job, [sink])
-        return sink.records
-
-    return asyncio.run(main())
 
 
 def _cluster(nodes: int) -> Cluster:
@@ -89,7 +51,7 @@ def run(
     nodes: int, clip: Path, streams: int, config: StreamfuseConfig, *, kill: bool
 ) -> tuple[RayReport, list[dict[str, Any]], float | None]:
     cluster = _cluster(nodes)
-    collect = _SpeechWatch()
+    collect = SpeechWatch()
     killed_at: list[float] = []
 
     async def kill_after_first_speech(t0: float) -> None:
@@ -126,9 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.ERROR)
     print(f"cpu: {cpu_description()}", file=sys.stderr)
     config = StreamfuseConfig()
-    reference = _local(args.clip, config)
+    reference = run_local([str(args.clip)], config)
     stem = args.clip.stem
-    want_words, want_slides = _words(reference, stem), _slides(reference, stem)
+    want_words, want_slides = committed_words(reference, stem), slide_texts(reference, stem)
     rows: dict[str, dict[str, Any]] = {}
     for name, nodes, kill in (
         ("1 node", 1, False),
@@ -147,8 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             "replayed_skipped": sum(r.skipped for r in report.streams),
             "completed": sum(r.final is not None and r.error is None for r in report.streams),
             "text_equal": sum(
-                _words(records, r.stream_id) == want_words
-                and _slides(records, r.stream_id) == want_slides
+                committed_words(records, r.stream_id) == want_words
+                and slide_texts(records, r.stream_id) == want_slides
                 for r in report.streams
             ),
             "duplicate_ids": len(ids) - len(set(ids)),

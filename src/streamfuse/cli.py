@@ -1,7 +1,9 @@
 """The command line: `run` a stream through the pipeline, `demo` the bundled clip, `eval` a run.
 
 Bad input ends with a one-line `error: ...` on stderr and exit status 2 (nothing started) or 1
-(the input broke part-way: the events produced so far are kept, with an `error` event).
+(the input broke part-way, or the events file could not be written: the events produced so far
+are kept). SIGINT/SIGTERM stop reading input, write the events in flight and the final `stats`
+record, and exit 128 + the signal (a second signal stops at once); `run --resume` continues.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import sys
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,7 +24,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from streamfuse.errors import StreamfuseError
+from streamfuse.errors import SinkError, StreamfuseError
 
 app = typer.Typer(
     add_completion=False,
@@ -67,41 +71,112 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+@dataclass
+class _Stop:
+    """Signals received during a run: the first stops reading input and lets what was read
+    drain to the sinks; a second one stops at once."""
+
+    signals: list[int] = field(default_factory=list)
+    job: Any = None
+    main: asyncio.Task[Any] | None = None
+    task: asyncio.Task[None] | None = None
+    stopping: asyncio.Task[int] | None = None
+    sink_failure: StreamfuseError | None = None
+
+    def on_signal(self, signum: int) -> None:
+        self.signals.append(signum)
+        if len(self.signals) == 1:
+            err.print(
+                f"{signal.Signals(signum).name}: stopping, writing the events in flight "
+                "(again to stop at once)",
+                highlight=False,
+                soft_wrap=True,
+            )
+            if self.job is not None:
+                self.stopping = asyncio.get_running_loop().create_task(
+                    self.job.pipeline.stop_reading()
+                )
+        elif self.task is not None:
+            self.task.cancel()
+        elif self.main is not None:
+            self.main.cancel()  # still building (loading models): nothing to write yet
+
+    def on_sink_failure(self, failure: StreamfuseError) -> None:
+        # Nothing more can be kept: stop reading (what stages hold drains, unwritten).
+        self.sink_failure = failure
+        if self.job is not None and self.stopping is None:
+            self.stopping = asyncio.get_running_loop().create_task(self.job.pipeline.stop_reading())
+
+
 async def _run(
-    inputs: list[str], config: Any, out_path: Path | None, live: bool
+    inputs: list[str],
+    config: Any,
+    out_path: Path | None,
+    live: bool,
+    *,
+    resume: Any = None,
+    stop: _Stop | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run the job; `resume`: the `ResumePoint` of `out_path`, continued (appended to)."""
     from streamfuse import telemetry
     from streamfuse.app import build_pipeline, run_job
+    from streamfuse.events import EventIds
     from streamfuse.sinks import CollectSink, JsonlSink
     from streamfuse.sinks.console import ConsoleView
 
-    collect = CollectSink()
-    sinks: list[Any] = [collect]
-    jsonl = JsonlSink(out_path) if out_path else None
-    if jsonl:
-        sinks.append(jsonl)
-    job = await build_pipeline(inputs, config, sinks)
-    view = ConsoleView({s.stream_id: s.duration_s for s in job.sources})
-    job.pipeline.observe(view)
-    for warning in job.warnings:
-        view.show(warning)
-    task = asyncio.create_task(run_job(job, sinks))
+    point = resume
+    stop = stop or _Stop()
+    stop.main = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.on_signal, signum)
     try:
-        if live:
-            with Live(view.render(job.pipeline), console=out, refresh_per_second=4) as screen:
-                while not task.done():
-                    await asyncio.wait({task}, timeout=0.25)
-                    screen.update(view.render(job.pipeline))
-        await task
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        job.pipeline.request_stop()
-        await asyncio.wait_for(task, 30)
+        collect = CollectSink()
+        sinks: list[Any] = [collect]
+        jsonl = None
+        if out_path:
+            jsonl = JsonlSink(
+                out_path, append=point is not None, admit=point.admit if point else None
+            )
+            jsonl.on_failure = stop.on_sink_failure
+            jsonl.open()  # an unwritable path fails now, before models load
+            sinks.append(jsonl)
+        if point is not None:
+            for sink in sinks:
+                sink.ids = EventIds(run=point.runs)
+        job = await build_pipeline(inputs, config, sinks, resume=point)
+        stop.job = job
+        view = ConsoleView({s.stream_id: s.duration_s for s in job.sources})
+        job.pipeline.observe(view)
+        for warning in job.warnings:
+            view.show(warning)
+        if stop.signals:  # stopped while the models were loading: nothing to run
+            await job.pipeline.stop_reading()
+        task = asyncio.create_task(run_job(job, sinks))
+        stop.task = task
+        try:
+            if live:
+                with Live(view.render(job.pipeline), console=out, refresh_per_second=4) as screen:
+                    while not task.done():
+                        await asyncio.wait({task}, timeout=0.25)
+                        screen.update(view.render(job.pipeline))
+            await task
+        except asyncio.CancelledError:
+            if not stop.signals:
+                raise
+        finally:
+            if stop.stopping is not None:
+                await stop.stopping
+            summary = job.summary(interrupted=bool(stop.signals))
+            if jsonl:
+                jsonl.emit(summary)
+                jsonl.close()
+            telemetry.shutdown()  # flush every exporter (nothing when telemetry is off)
     finally:
-        summary = job.summary()
-        if jsonl:
-            jsonl.write(summary)
-            jsonl.close()
-        telemetry.shutdown()  # flush every exporter (nothing when telemetry is off)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+    if jsonl is not None and jsonl.failure is not None:
+        raise jsonl.failure
     if not live:
         out.print(view.render(job.pipeline))
     return collect.records, summary
@@ -167,6 +242,14 @@ def run(
     realtime: Annotated[bool, typer.Option(help="Pace input at wall-clock speed (live).")] = False,
     out_path: Annotated[
         Path | None, typer.Option("--out", "-o", help="Write events as JSON Lines here.")
+    ] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            "--resume",
+            help="Continue an interrupted run of the same inputs and options: read this events "
+            "file, start each input where its committed events stop, append (no event twice).",
+        ),
     ] = None,
     asr_model: Annotated[
         str, typer.Option(help="tiny.en, base, or a path to a CTranslate2 Whisper model.")
@@ -265,6 +348,7 @@ def run(
         telemetry=_telemetry_options(otlp, prometheus_port, trace_ratio),
         source=_source_options(input_option, reconnect_attempts, stall_timeout_s),
         ray_address=ray_address,
+        resume=resume,
     )
     raise typer.Exit(code)
 
@@ -327,6 +411,21 @@ def _vision_options(
     return vision
 
 
+def _resume_point(path: Path) -> Any:
+    """The `ResumePoint` of an events file (its torn last line, if any, cut off)."""
+    from streamfuse.app import ResumePoint
+    from streamfuse.sinks.jsonl import read_jsonl
+
+    if not path.is_file():
+        raise _fail(f"nothing to resume: events file not found: {path}")
+    try:
+        log = read_jsonl(path)
+        log.cut_torn_tail()
+    except SinkError as e:
+        raise _fail(str(e)) from None
+    return ResumePoint.from_records(log.records)
+
+
 def _run_main(
     inputs: list[str],
     realtime: bool,
@@ -343,6 +442,7 @@ def _run_main(
     telemetry: dict[str, Any] | None = None,
     source: dict[str, Any] | None = None,
     ray_address: str | None = None,
+    resume: Path | None = None,
 ) -> int:
     from pydantic import ValidationError
 
@@ -368,17 +468,46 @@ def _run_main(
     except ValidationError as e:
         raise _fail(f"invalid option: {e.errors()[0]['msg']}") from None
     show_live = out.is_terminal if live is None else live
+    point = None
+    if resume is not None:
+        if out_path is not None and out_path.resolve() != resume.resolve():
+            raise _fail(f"--resume appends to {resume}; --out {out_path} names another file")
+        out_path = resume
+        point = _resume_point(resume)
+        if point.complete:
+            err.print(
+                f"{resume} holds a finished run: nothing to resume", highlight=False, soft_wrap=True
+            )
+            return 0
+    stop = _Stop()
     try:
         if ray_address is not None:
+            if resume is not None:
+                raise _fail("--resume is not supported with --ray")
             try:
                 import ray  # noqa: F401
             except ImportError:
                 raise _fail("--ray needs Ray: pip install 'streamfuse[scale]'") from None
             records, _ = asyncio.run(_run_ray(inputs, config, out_path, ray_address))
         else:
-            records, _ = asyncio.run(_run(inputs, config, out_path, show_live))
+            records, _ = asyncio.run(
+                _run(inputs, config, out_path, show_live, resume=point, stop=stop)
+            )
+    except SinkError as e:
+        raise _fail(str(e), code=1 if stop.job is not None else 2) from None
     except StreamfuseError as e:
         raise _fail(str(e)) from None
+    except asyncio.CancelledError:
+        records = []  # a second signal while the models were loading
+    if stop.signals:
+        signum = stop.signals[0]
+        where = f": events written to {out_path}; continue with --resume {out_path}"
+        err.print(
+            f"interrupted ({signal.Signals(signum).name}){where if out_path else ''}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return 128 + signum
     # Only the error records need parsing (a run has hundreds of others).
     parsed = (parse_record(r).payload for r in records if r["type"] == EventType.ERROR)
     errors = [p for p in parsed if isinstance(p, ErrorPayload)]

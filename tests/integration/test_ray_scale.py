@@ -5,16 +5,15 @@ run, also when one node is killed mid-run, and no committed event is repeated.""
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from streamfuse.app import StreamfuseConfig, build_pipeline, run_job
+from streamfuse.app import StreamfuseConfig
 from streamfuse.errors import SourceError
-from streamfuse.sinks import CollectSink
+from streamfuse.testing.records import SpeechWatch, committed_words, run_local, slide_texts
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -39,46 +38,10 @@ def cluster() -> Iterator[Any]:
         nodes.shutdown()
 
 
-class _SpeechWatch(CollectSink):
-    """Collects records and tells when the first committed speech arrived."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.first_speech = asyncio.Event()
-
-    def write(self, record: dict[str, Any]) -> None:
-        super().write(record)
-        if record["type"] == "asr":
-            self.first_speech.set()
-
-
-def _words(records: list[dict[str, Any]], stream_id: str) -> list[str]:
-    """The committed words of one stream, in order, compared without case or punctuation."""
-    out = []
-    for r in records:
-        if r["type"] == "asr" and r["stream_id"] == stream_id:
-            out += [re.sub(r"[^\w']", "", w["word"].lower()) for w in r["words"]]
-    return [w for w in out if w]
-
-
-def _slides(records: list[dict[str, Any]], stream_id: str) -> list[str]:
-    return [r["text"] for r in records if r["type"] == "ocr" and r["stream_id"] == stream_id]
-
-
-def _local(config: StreamfuseConfig) -> list[dict[str, Any]]:
-    async def main() -> list[dict[str, Any]]:
-        sink = CollectSink()
-        job = await build_pipeline([str(SHORT)], config, [sink])
-        await run_job(job, [sink])
-        return sink.records
-
-    return asyncio.run(main())
-
-
 def test_streams_survive_a_node_killed_mid_run(cluster: Any) -> None:
     config = StreamfuseConfig()
-    reference = _local(config)
-    collect = _SpeechWatch()
+    reference = run_local([str(SHORT)], config)
+    collect = SpeechWatch()
     victim = cluster.list_all_nodes()[-1]
 
     async def kill_after_first_speech() -> None:
@@ -98,12 +61,12 @@ def test_streams_survive_a_node_killed_mid_run(cluster: Any) -> None:
     assert report.nodes == 2
     assert sum(run.restarts for run in report.streams) >= 1, "no stream was on the killed node"
     assert len({n for run in report.streams for n in run.nodes}) == 2
-    want_words, want_slides = _words(reference, "short"), _slides(reference, "short")
+    want_words, want_slides = committed_words(reference, "short"), slide_texts(reference, "short")
     assert want_words and want_slides
     for run in report.streams:
         assert run.error is None and run.final is not None, run
-        assert _words(collect.records, run.stream_id) == want_words, run.stream_id
-        assert _slides(collect.records, run.stream_id) == want_slides, run.stream_id
+        assert committed_words(collect.records, run.stream_id) == want_words, run.stream_id
+        assert slide_texts(collect.records, run.stream_id) == want_slides, run.stream_id
         # Committed speech never goes back in media time (nothing repeated at the restart).
         ends = [
             w["t_end"]

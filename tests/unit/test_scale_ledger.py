@@ -69,6 +69,26 @@ def test_partials_behind_the_committed_speech_and_repeated_errors_are_dropped() 
     assert ledger.admit({**error, "latency_ms": 5.0, "wall_s": 9.0}) is None
 
 
+def test_a_replayed_partial_or_a_trimmed_event_never_repeats_an_id() -> None:
+    ledger = Ledger()
+    partial = {
+        "id": "p1",
+        "type": "asr_partial",
+        "stream_id": "s",
+        "t_start": 0.5,
+        "t_end": 0.9,
+        "text": "two",
+    }
+    first = {**_asr(("one", 0.0, 0.5)), "id": "a1"}
+    assert ledger.admit(partial) == partial and ledger.admit(first) == first
+    # The replay (after a restart) repeats the partial and cuts the speech differently: its
+    # event starts where the delivered one did, so it carries the same id.
+    assert ledger.admit(dict(partial)) is None
+    longer = {**_asr(("one", 0.0, 0.5), ("two", 0.5, 1.0)), "id": "a1"}
+    out = ledger.admit(longer)
+    assert out is not None and out["text"] == "two" and out["id"] == "a1+500"
+
+
 def test_an_event_id_is_its_key() -> None:
     assert event_key({"id": "abc", "type": "ocr", "wall_s": 1}) == "abc"
     assert event_key({"type": "ocr", "wall_s": 1}) == event_key({"type": "ocr", "wall_s": 2})

@@ -59,10 +59,10 @@ class AsrStage(Stage):
     ) -> None:
         super().__init__(name or "asr", threads=1)
         self.config = config or AsrConfig()
-        #: Live (paced) input: interim updates as audio arrives, skipped while behind. Offline
-        #: (as fast as the input decodes) every update runs on its media-time schedule: the
-        #: words a live run on an idle machine commits, the same on every rerun however busy
-        #: the machine is.
+        #: Live (paced) input: interim updates skipped while more than `coalesce_after_s` of
+        #: audio waits (behind). Offline (as fast as the input decodes) every update runs on
+        #: its media-time schedule: the words a live run that keeps up commits, the same on
+        #: every rerun however busy the machine is.
         self.live = live
         #: Text read on screen (fed by an observer of `ocr` events): primes recognition.
         self.screen_terms = screen_terms
@@ -139,7 +139,8 @@ class AsrStage(Stage):
             self._keep_context()  # silence: no inference
             return
         cfg = self.config
-        if self.live and self.backlog > 0:
+        window_s = len(frame.samples) / AUDIO_SAMPLE_RATE_HZ
+        if self.live and self.backlog * window_s > cfg.coalesce_after_s:
             return  # behind: coalesce the queued audio into the next inference
         # While a pause is starting, wait for the pause update instead: a regular update
         # running then would delay the one the utterance-end commit reuses.

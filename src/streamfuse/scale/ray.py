@@ -20,14 +20,13 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from streamfuse.audio.policy import Word, join_words
 from streamfuse.errors import ConfigError, StreamfuseError
-from streamfuse.events import EventRecord, EventType, StageSnapshot, StatsPayload
+from streamfuse.events import EventType, StageSnapshot, StatsPayload, stats_record
 from streamfuse.frames import Frame
 from streamfuse.sinks.base import EventSink
 
@@ -118,14 +117,15 @@ class Ledger:
                 out = None
             else:
                 self.ocr_start = record["t_start"]
-        elif kind == EventType.ASR_PARTIAL:
-            if record["t_end"] <= self.asr_end and record["text"]:
-                out = None
-        else:
-            key = event_key(record)
-            if key in self.keys:
-                out = None
-            self.keys.add(key)
+        elif kind == EventType.ASR_PARTIAL and record["t_end"] <= self.asr_end and record["text"]:
+            out = None
+        elif kind not in (EventType.ASR, EventType.OCR) and event_key(record) in self.keys:
+            out = None  # a partial, error or gap the first run delivered already
+        if out is not None and "id" in out and out["id"] in self.keys:
+            # Words past the cut in an event the replay started where a delivered one did.
+            out = {**out, "id": f"{out['id']}+{round(out['t_start'] * 1000)}"}
+        if out is not None:
+            self.keys.add(event_key(out))
         if out is None:
             self.skipped += 1
         else:
@@ -146,7 +146,9 @@ class _QueueSink(EventSink):
         self.extra: deque[dict[str, Any]] = deque()
 
     async def process(self, frame: Frame) -> AsyncIterator[Frame]:
-        await self.queue.put(self.render(frame))
+        record = self.render(frame)
+        self.ids.assign(record)
+        await self.queue.put(record)
         return
         yield  # pragma: no cover
 
@@ -188,19 +190,11 @@ class StreamHost:
         self, stream_id: str, location: str, config_json: str, n_streams: int, buffer: int
     ) -> dict[str, Any]:
         """Open `location` and start its branch; returns its duration (None: live)."""
-        from streamfuse.app import StreamfuseConfig, build_pipeline, run_job
-        from streamfuse.sources.media import MediaSource
+        from streamfuse.app import StreamfuseConfig, build_pipeline, media_source, run_job
 
         await self.stop(stream_id)
         config = StreamfuseConfig.model_validate_json(config_json)
-        source = MediaSource(
-            location,
-            stream_id=stream_id,
-            realtime=config.realtime,
-            audio=config.asr,
-            video=config.ocr,
-            config=config.source,
-        )
+        source = media_source(location, stream_id, config)
         sink = _QueueSink(buffer)
         job = await build_pipeline([source], config, [sink], n_streams=n_streams)
         task = asyncio.create_task(run_job(job, [sink]), name=f"stream:{stream_id}")
@@ -328,13 +322,6 @@ class _Cluster:
         self.load.pop(node_id, None)
 
 
-def _stream_ids(inputs: Sequence[str]) -> list[str]:
-    """The stream ids a local run gives the same inputs (`build_pipeline`)."""
-    if len(inputs) == 1:
-        return [Path(inputs[0]).stem]
-    return [f"{i}:{Path(x).stem}" for i, x in enumerate(inputs)]
-
-
 async def run_on_ray(
     inputs: Sequence[str],
     config: StreamfuseConfig,
@@ -357,7 +344,9 @@ async def run_on_ray(
     started = time.monotonic()
     config_json = config.model_dump_json()
     per_node = max(1, -(-len(inputs) // max(1, n_nodes)))
-    runs = [StreamRun(sid, loc) for sid, loc in zip(_stream_ids(inputs), inputs, strict=True)]
+    from streamfuse.app import stream_id_of
+
+    runs = [StreamRun(stream_id_of(x, i, len(inputs)), x) for i, x in enumerate(inputs)]
     lost_node = (rex.ActorDiedError, rex.ActorUnavailableError, rex.RayActorError)
 
     async def drive(run: StreamRun) -> None:
@@ -406,7 +395,7 @@ async def run_on_ray(
     await asyncio.gather(*(drive(run) for run in runs))
     summary = _merged_summary(runs, config.realtime, time.monotonic() - started)
     for sink in sinks:
-        sink.write(summary)
+        sink.emit(summary)
     return RayReport(runs, n_nodes, time.monotonic() - started, summary)
 
 
@@ -422,16 +411,7 @@ def _merged_summary(runs: Sequence[StreamRun], realtime: bool, wall_s: float) ->
         for name, snap in run.final.get("stages", {}).items():
             stages[name] = StageSnapshot.model_validate(snap)
     payload = StatsPayload(final=True, realtime=realtime, cpu_s=round(cpu_s, 3), stages=stages)
-    record = EventRecord(
-        type=payload.type,
-        stream_id="*",
-        t_start=0.0,
-        t_end=round(max(media), 3) if media else 0.0,
-        latency_ms=0.0,
-        wall_s=round(wall_s, 3),
-        payload=payload,
-    )
-    return record.to_json_dict()
+    return stats_record(payload, t_end=max(media) if media else 0.0, wall_s=wall_s)
 
 
 __all__ = ["Ledger", "RayConfig", "RayReport", "StreamHost", "StreamRun", "event_key", "run_on_ray"]
