@@ -360,11 +360,16 @@ async def build_pipeline(
             if signals is not None:
                 signals.watch_drops(ocr)
             policies[stream_id] = ocr.policy
-            pipeline.link(source, change, maxsize=config.video_queue)
             # Live, OCR only ever needs the newest settled picture, so it never builds a
             # backlog; offline (as fast as possible) nothing is skipped.
             policy = OverloadPolicy.LATEST_ONLY if config.realtime else OverloadPolicy.BLOCK
-            pipeline.link(change, ocr, policy=policy)
+            if getattr(source, "selects_key_frames", False):
+                # Its frames are key frames already (an edge ran the change detector:
+                # `streamfuse.transport.cloud`), so they go straight to OCR.
+                pipeline.link(source, ocr, policy=policy)
+            else:
+                pipeline.link(source, change, maxsize=config.video_queue)
+                pipeline.link(change, ocr, policy=policy)
             branch_ends.append(ocr)
         elif config.ocr:
             warnings.append(_note(stream_id, location, "no video stream: OCR skipped"))

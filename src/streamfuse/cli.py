@@ -1078,6 +1078,135 @@ def serve(
     run_server(config, announce)
 
 
+def _host_port(text: str, option: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise _fail(f"{option} expects HOST:PORT, got {text!r}")
+    return host or "127.0.0.1", int(port)
+
+
+class KeepPolicyChoice(StrEnum):
+    """`TransportConfig.keep_policy`."""
+
+    deadline = "deadline"
+    article = "article"
+    fixed = "fixed"
+
+
+@app.command()
+def edge(
+    input_path: Annotated[str, typer.Argument(metavar="INPUT", help="Media file or URL.")],
+    to: Annotated[str, typer.Option("--to", help="The cloud's HOST:PORT (UDP).")],
+    realtime: Annotated[bool, typer.Option(help="Pace input at wall-clock speed (live).")] = False,
+    ocr: Annotated[bool, typer.Option("--ocr/--no-ocr", help="Send key frames.")] = True,
+    asr: Annotated[bool, typer.Option("--asr/--no-asr", help="Send speech.")] = True,
+    keep_policy: Annotated[
+        KeepPolicyChoice,
+        typer.Option(help="How much of a key frame to send: deadline, article or fixed."),
+    ] = KeepPolicyChoice.deadline,
+    deadline_s: Annotated[float, typer.Option(help="Deadline of a message, seconds.")] = 1.5,
+    faults: Annotated[
+        str | None,
+        typer.Option(
+            help="Send through a local fault proxy, e.g. loss=0.05,delay_ms=50,jitter_ms=20 "
+            "(streamfuse.testing.netfault.FaultConfig)."
+        ),
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Edge end of an edge-cloud split: send key frames as sparse patch tokens and speech
+    only (Opus) to `streamfuse cloud` over UDP; prints what was sent as one JSON line."""
+    from pydantic import ValidationError
+
+    from streamfuse.testing.netfault import FaultConfig
+    from streamfuse.transport.config import TransportConfig
+    from streamfuse.transport.edge import run_edge
+
+    _setup_logging(verbose)
+    host, port = _host_port(to, "--to")
+    try:
+        config = TransportConfig(keep_policy=keep_policy.value, deadline_s=deadline_s)
+        fault_config = FaultConfig.parse(faults) if faults else None
+    except (ValidationError, ValueError) as e:
+        raise _fail(f"invalid option: {e}") from None
+    try:
+        report = asyncio.run(
+            run_edge(
+                input_path,
+                host,
+                port,
+                transport=config,
+                realtime=realtime,
+                video=ocr,
+                audio=asr,
+                faults=fault_config,
+            )
+        )
+    except StreamfuseError as e:
+        raise _fail(str(e)) from None
+    typer.echo(json.dumps(report.as_dict()))
+
+
+@app.command()
+def cloud(
+    listen: Annotated[str, typer.Option("--listen", help="HOST:PORT to receive on (UDP).")],
+    out_path: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Write events as JSON Lines here.")
+    ] = None,
+    asr_model: Annotated[
+        str, typer.Option(help="tiny.en, base, or a path to a CTranslate2 Whisper model.")
+    ] = "tiny.en",
+    deadline_s: Annotated[float, typer.Option(help="Deadline of a message, seconds.")] = 1.5,
+    idle_timeout_s: Annotated[
+        float, typer.Option(help="Give up when no edge sends for this long.")
+    ] = 60.0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
+) -> None:
+    """Cloud end of an edge-cloud split: receive one edge stream, run OCR and ASR on it and
+    write the same events as a local run, plus a `link` record with the link's statistics."""
+    from streamfuse.app import StreamfuseConfig
+    from streamfuse.sinks import CollectSink, JsonlSink
+    from streamfuse.transport.cloud import serve_cloud
+    from streamfuse.transport.config import TransportConfig
+
+    _setup_logging(verbose)
+    host, port = _host_port(listen, "--listen")
+    config = StreamfuseConfig(asr_config={"model": asr_model})
+    collect = CollectSink()
+    sinks: list[Any] = [collect]
+    jsonl = JsonlSink(out_path) if out_path else None
+    if jsonl:
+        sinks.append(jsonl)
+
+    def announce(address: tuple[str, int]) -> None:
+        err.print(f"streamfuse cloud listening on udp://{address[0]}:{address[1]}")
+
+    try:
+        summary, link = asyncio.run(
+            serve_cloud(
+                host,
+                port,
+                config,
+                sinks,
+                transport=TransportConfig(deadline_s=deadline_s),
+                idle_timeout_s=idle_timeout_s,
+                on_listen=announce,
+            )
+        )
+        if jsonl:
+            jsonl.emit(summary)  # the run's final `stats` record, last, as `run` writes it
+    except StreamfuseError as e:
+        raise _fail(str(e)) from None
+    finally:
+        if jsonl:
+            jsonl.close()
+    for record in collect.records:
+        if record["type"] in ("ocr", "asr"):
+            text = record.get("text", "")
+            out.print(f"[{record['t_start']:7.2f}] {record['type']}: {text}", highlight=False)
+    out.print(json.dumps(link))
+
+
 def main() -> None:
     app()
 

@@ -1,0 +1,88 @@
+"""Settings of the edge-cloud split (`TransportConfig`): patch tokens, speech coding, the link's
+datagram size, deadline, retransmission and keep-ratio policy. One validated object, passed to
+both ends; every field has bounds and a default that works on a loopback or a 5%-loss uplink.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+KeyPolicyKind = Literal["deadline", "article", "fixed"]
+
+
+class TransportConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    patch_px: int = Field(16, ge=8, le=64, description="Side of a square patch token, pixels.")
+    text_pad_px: int = Field(
+        6, ge=0, le=64, description="Margin kept around each detected text box, pixels."
+    )
+    patch_codec: Literal["jpeg", "png"] = Field(
+        "png", description="Coding of the grey atlas of kept patches."
+    )
+    grey_levels: int = Field(
+        4,
+        ge=2,
+        le=256,
+        description="Grey levels each patch is quantized to between its own darkest and "
+        "brightest pixel (256: no quantization). Text needs few: ink, paper, two edge shades.",
+    )
+    denoise_px: int = Field(
+        3,
+        ge=0,
+        le=9,
+        description="Gaussian blur kernel (odd px, 0: off) before the grey quantization of a "
+        "noisy frame (a camera's): sensor noise would otherwise flip pixels between levels and "
+        "defeat the coding. Clean (rendered) frames are never blurred.",
+    )
+    denoise_min_sigma: float = Field(
+        1.0, ge=0.0, le=50.0, description="Estimated noise (grey levels) from which to blur."
+    )
+    jpeg_quality: int = Field(85, ge=10, le=100, description="JPEG quality of the patch atlas.")
+    det_max_side_px: int = Field(
+        960, ge=320, le=4096, description="Long side the edge's text detector runs at."
+    )
+    opus_bitrate_bps: int = Field(
+        16_000, ge=6_000, le=128_000, description="Opus bitrate of the speech sent."
+    )
+    speech_chunk_s: float = Field(
+        0.6, ge=0.1, le=5.0, description="Speech is sent in messages of this much audio."
+    )
+    speech_pad_s: float = Field(
+        0.3, ge=0.0, le=2.0, description="Audio kept before a speech start and after its end."
+    )
+    mtu_bytes: int = Field(
+        1200, ge=256, le=65_000, description="Largest datagram sent (path MTU less headroom)."
+    )
+    deadline_s: float = Field(
+        1.5, gt=0.0, le=60.0, description="A message later than this is dropped and counted."
+    )
+    keep_policy: KeyPolicyKind = Field(
+        "deadline",
+        description="deadline: keep what the measured bandwidth delivers within the deadline; "
+        "article: RTT > 200 ms or loss > 5% -> keep 30% else 70%; fixed: `fixed_keep`.",
+    )
+    fixed_keep: float = Field(0.7, gt=0.0, le=1.0, description="Keep ratio of `fixed`.")
+    min_keep: float = Field(
+        0.05, gt=0.0, le=1.0, description="The deadline policy never keeps less than this."
+    )
+    send_rate_bps: float = Field(
+        20e6, gt=0.0, description="Pacing rate of the sender before any bandwidth is measured."
+    )
+    initial_rto_s: float = Field(
+        1.0, gt=0.0, le=10.0, description="RTO before the first RTT sample (RFC 6298: 1 s)."
+    )
+    min_rto_s: float = Field(
+        0.05,
+        gt=0.0,
+        le=5.0,
+        description="RTO floor (RFC 6298 says 1 s for TCP; a deadline of ~1 s needs less).",
+    )
+    nack_delay_s: float = Field(
+        0.03, ge=0.0, le=1.0, description="Reordering allowance before a gap is NACKed."
+    )
+
+
+__all__ = ["KeyPolicyKind", "TransportConfig"]

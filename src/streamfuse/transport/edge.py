@@ -1,0 +1,251 @@
+"""The edge end of the split: read an input, keep what matters, send it to the cloud.
+
+`run_edge(location, host, port)` opens the input like `streamfuse run` does, runs the change
+detector and the text detector on the video (key frames become sparse patch tokens, sized by
+the keep-ratio policy from the measured link) and VAD on the audio (speech only, as Opus), and
+sends them over the deadline-aware UDP link (optionally through a local fault proxy). Returns
+`EdgeReport`: what was sent and what the link measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.propagate import inject
+
+from streamfuse.audio.config import AsrConfig
+from streamfuse.frames import AudioFrame, VideoFrame
+from streamfuse.sources.config import SourceConfig
+from streamfuse.sources.media import MediaSource
+from streamfuse.testing.netfault import FaultConfig, FaultProxy
+from streamfuse.transport.config import TransportConfig
+from streamfuse.transport.patches import TextBoxes, encode_patches
+from streamfuse.transport.policy import make_keep_policy
+from streamfuse.transport.speech import SpeechChunk, SpeechEncoder
+from streamfuse.transport.udp import UdpSender
+from streamfuse.transport.wire import Kind, Modality, Packet
+from streamfuse.vision.change import ChangeDecision, ChangeTracker
+from streamfuse.vision.config import ChangeDetectorConfig
+from streamfuse.vision.frames import KeyFrame
+
+log = logging.getLogger(__name__)
+_tracer = trace.get_tracer("streamfuse.transport")
+
+
+@dataclass
+class EdgeReport:
+    stream_id: str = "main"
+    key_frames: int = 0
+    video_bytes: int = 0
+    speech_messages: int = 0
+    audio_bytes: int = 0
+    speech_s: float = 0.0
+    audio_s: float = 0.0
+    media_s: float = 0.0
+    keep_ratios: list[float] = field(default_factory=list)
+    #: Per message sent: (sequence, modality, edge wall time it was sent).
+    sent: list[tuple[int, str, float]] = field(default_factory=list)
+    link: dict[str, Any] = field(default_factory=dict)
+    sender: dict[str, Any] = field(default_factory=dict)
+    proxy: dict[str, int] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("sent")
+        return d
+
+
+def _key(frame: VideoFrame, d: ChangeDecision) -> KeyFrame:
+    """The key frame the local pipeline's change detector would emit for this decision."""
+    return KeyFrame(
+        stream_id=frame.stream_id,
+        t_media=frame.t_media,
+        arrival_wall=frame.arrival_wall,
+        image=frame.image,
+        index=frame.index,
+        changed_bbox=d.bbox,
+        changed_frac=d.changed_frac,
+        content_bbox=d.content_bbox,
+        t_changed=d.t_changed,
+        reason=d.reason or "change",
+    )
+
+
+def _traceparent() -> str:
+    carrier: dict[str, str] = {}
+    inject(carrier)
+    return carrier.get("traceparent", "")
+
+
+class Edge:
+    """The edge's work on one stream, independent of where frames come from."""
+
+    def __init__(
+        self,
+        sender: UdpSender,
+        config: TransportConfig,
+        *,
+        change: ChangeDetectorConfig | None = None,
+        asr: AsrConfig | None = None,
+        detector: TextBoxes | None = None,
+    ) -> None:
+        self.sender = sender
+        self.config = config
+        self.policy = make_keep_policy(config)
+        self.tracker = ChangeTracker(change)
+        self.detector = detector or TextBoxes(config.det_max_side_px)
+        asr = asr or AsrConfig()
+        self.speech = SpeechEncoder(
+            bitrate_bps=config.opus_bitrate_bps,
+            chunk_s=config.speech_chunk_s,
+            pad_s=config.speech_pad_s,
+            start_threshold=asr.vad_start_threshold,
+            end_threshold=asr.vad_end_threshold,
+            min_silence_s=asr.min_silence_s,
+        )
+        self.report = EdgeReport()
+        self.audio_end_s = 0.0
+
+    async def open(self, info: dict[str, Any], timeout_s: float = 10.0) -> None:
+        self.report.stream_id = str(info.get("stream_id", "main"))
+        body = json.dumps({"op": "open", **info}).encode()
+        await self.sender.send_reliable(
+            Packet(kind=Kind.CONTROL, modality=Modality.JSON), body, timeout_s
+        )
+
+    async def video(self, frame: VideoFrame) -> None:
+        decision = self.tracker.update(frame)
+        if decision.key:
+            await self.key_frame(_key(frame, decision))
+
+    async def key_frame(self, key: KeyFrame) -> None:
+        with _tracer.start_as_current_span("edge.key_frame", attributes={"t_media": key.t_media}):
+            boxes = await asyncio.to_thread(self.detector, key.image)
+            full = await asyncio.to_thread(encode_patches, key, boxes, 1.0, self.config)
+            full_keep = full.keep_ratio
+            keep = self.policy.keep(self.sender.estimate(), len(full.payload), full_keep)
+            message = full
+            if keep < full_keep:
+                message = await asyncio.to_thread(encode_patches, key, boxes, keep, self.config)
+            rows, cols, _ = message.shape
+            seq = self.sender.send(
+                Packet(
+                    media_time_us=round(key.t_media * 1e6),
+                    modality=Modality.VIDEO_PATCHES,
+                    shape=message.shape,
+                    keep_ratio=min(1.0, message.keep_ratio),
+                    mask_bits=rows * cols,
+                    traceparent=_traceparent(),
+                ),
+                message.payload,
+            )
+        self.report.key_frames += 1
+        self.report.video_bytes += len(message.payload)
+        self.report.keep_ratios.append(round(message.keep_ratio, 4))
+        self.report.sent.append((seq, "video", self.sender.send_wall[seq]))
+
+    def audio(self, window: AudioFrame) -> None:
+        self.audio_end_s = max(self.audio_end_s, window.t_end)
+        for chunk in self.speech.push(window):
+            self._send_speech(chunk)
+
+    def _send_speech(self, chunk: SpeechChunk) -> None:
+        payload = chunk.payload()
+        seq = self.sender.send(
+            Packet(
+                media_time_us=round(chunk.t_media * 1e6),
+                modality=Modality.AUDIO_OPUS,
+                sample_rate=16_000,
+                traceparent=_traceparent(),
+            ),
+            payload,
+        )
+        self.report.speech_messages += 1
+        self.report.audio_bytes += len(payload)
+        self.report.sent.append((seq, "audio", self.sender.send_wall[seq]))
+
+    async def finish(self, timeout_s: float = 10.0) -> EdgeReport:
+        for frame, decision in self.tracker.pending():
+            await self.key_frame(_key(frame, decision))
+        for chunk in self.speech.flush():
+            self._send_speech(chunk)
+        await self.sender.drain(self.config.deadline_s + 1.0)
+        body = json.dumps({"op": "end", "audio_end_s": self.audio_end_s}).encode()
+        await self.sender.send_reliable(
+            Packet(kind=Kind.CONTROL, modality=Modality.JSON), body, timeout_s
+        )
+        r = self.report
+        r.speech_s, r.audio_s = round(self.speech.speech_s, 3), round(self.speech.audio_s, 3)
+        r.link = asdict(self.sender.estimate())
+        r.sender = asdict(self.sender.stats)
+        return r
+
+
+async def run_edge(
+    location: str,
+    host: str,
+    port: int,
+    *,
+    transport: TransportConfig | None = None,
+    realtime: bool = False,
+    video: bool = True,
+    audio: bool = True,
+    faults: FaultConfig | None = None,
+    source_config: SourceConfig | None = None,
+    stream_id: str | None = None,
+) -> EdgeReport:
+    """Send one input to the cloud listening at `host:port` (through a fault proxy on this
+    machine when `faults` is given). Raises `SourceError` / `TransportError` on failure."""
+    from pathlib import Path
+
+    config = transport or TransportConfig()
+    source = MediaSource(
+        location,
+        stream_id=stream_id or Path(location).stem,
+        realtime=realtime,
+        video=video,
+        audio=audio,
+        config=source_config,
+    )
+    await source.open()
+    proxy: FaultProxy | None = None
+    if faults is not None:
+        proxy = FaultProxy((host, port), faults)
+        host, port = await proxy.start()
+    sender = await UdpSender.connect(host, port, config)
+    edge = Edge(sender, config)
+    try:
+        await asyncio.to_thread(edge.detector.load)
+        await edge.open(
+            {
+                "stream_id": source.stream_id,
+                "video": source.has_video,
+                "audio": source.has_audio,
+                "duration_s": source.duration_s,
+                "fps": source.fps,
+                "size": source.video_size,
+            }
+        )
+        async for frame in source.frames():
+            if isinstance(frame, VideoFrame):
+                await edge.video(frame)
+            elif isinstance(frame, AudioFrame):
+                edge.audio(frame)
+        report = await edge.finish()
+        report.media_s = round(source.duration_s or edge.audio_end_s, 3)
+        if proxy is not None:
+            report.proxy = proxy.stats.as_dict()
+        return report
+    finally:
+        await sender.close()
+        await source.close()
+        if proxy is not None:
+            await proxy.close()
+
+
+__all__ = ["Edge", "EdgeReport", "run_edge"]

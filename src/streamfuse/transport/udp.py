@@ -1,0 +1,602 @@
+"""The deadline-aware UDP link (asyncio): messages cut into MTU-sized fragments, NACK-driven
+selective retransmission while a message's deadline allows, RFC 6298 RTO with a tail-loss probe,
+and estimates of RTT, loss and bottleneck bandwidth that the edge's keep-ratio policy reads.
+
+`UdpSender` (edge) sends messages; `UdpReceiver` (cloud) reassembles them, delivers them in
+sequence order, gives up on a message `deadline_s` after it was first missed (dropped and
+counted; its late fragments too), handles duplicates and reordering, and counts and drops any
+malformed datagram: nothing a peer sends raises out of its receive path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from streamfuse.clock import now_wall
+from streamfuse.errors import StreamfuseError
+from streamfuse.transport.config import TransportConfig
+from streamfuse.transport.wire import Kind, Packet, WireError, decode, encode, fragment
+
+log = logging.getLogger(__name__)
+
+#: Packet flag: the sender retransmits until acknowledged; delivered even out of order.
+RELIABLE = 0x1
+#: Packet flag: a retransmission (the receiver's loss count looks at first copies only).
+RETRANSMIT = 0x2
+# first copies of the message's fragments received, its fragment count, its bytes, and the
+# arrival dispersion of its fragments (us)
+_ACK = struct.Struct("!IIII")
+_LOSS_WINDOW = 400  # fragments the loss estimate looks back over
+_TICK_S = 0.005
+_SEND_LOG = 10_000  # messages whose send time the sender remembers
+#: Sequences ahead of the next one due that the receiver accepts: a (buggy or hostile) packet
+#: far ahead must not make it track billions of "missing" messages.
+SEQUENCE_WINDOW = 4096
+
+
+class TransportError(StreamfuseError):
+    """The link cannot be set up or a reliable message was never acknowledged."""
+
+
+class RttEstimator:
+    """RFC 6298 smoothed RTT, variance and retransmission timeout (clock granularity 1 ms)."""
+
+    def __init__(self, initial_rto_s: float = 1.0, min_rto_s: float = 0.05) -> None:
+        self.srtt_s: float | None = None
+        self.rttvar_s = 0.0
+        self.rto_s = initial_rto_s
+        self.min_rto_s = min_rto_s
+
+    def sample(self, rtt_s: float) -> None:
+        if self.srtt_s is None:
+            self.srtt_s, self.rttvar_s = rtt_s, rtt_s / 2
+        else:
+            self.rttvar_s = 0.75 * self.rttvar_s + 0.25 * abs(self.srtt_s - rtt_s)
+            self.srtt_s = 0.875 * self.srtt_s + 0.125 * rtt_s
+        self.rto_s = max(self.min_rto_s, self.srtt_s + max(0.001, 4 * self.rttvar_s))
+
+    def backoff(self) -> None:
+        self.rto_s = min(60.0, 2 * self.rto_s)
+
+
+@dataclass(frozen=True, slots=True)
+class LinkEstimate:
+    """What the edge knows about the link now (None: not measured yet)."""
+
+    srtt_s: float | None
+    rto_s: float
+    loss: float
+    bandwidth_bps: float | None
+
+
+@dataclass
+class SenderStats:
+    messages: int = 0
+    datagrams: int = 0
+    bytes: int = 0
+    retransmits: int = 0
+    nacks: int = 0
+    acks: int = 0
+    expired: int = 0
+    malformed: int = 0
+
+
+@dataclass
+class ReceiverStats:
+    datagrams: int = 0
+    bytes: int = 0
+    malformed: int = 0
+    duplicates: int = 0
+    late_fragments: int = 0
+    late_dropped: int = 0
+    delivered: int = 0
+    reordered: int = 0
+    nacks_sent: int = 0
+    #: Well-formed datagrams of another stream, or too far ahead of the sequence window.
+    foreign: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass
+class _Out:
+    seq: int
+    datagrams: list[bytes]
+    packets: list[Packet]
+    size: int
+    deadline_wall: float
+    reliable: bool
+    sent_wall: float = 0.0
+    last_send_wall: float = 0.0
+    retransmitted: bool = False
+    acked: asyncio.Future[None] | None = None
+    sent_at: dict[int, float] = field(default_factory=dict)  # fragment -> last resend
+
+
+class _Endpoint(asyncio.DatagramProtocol):
+    """Glue from asyncio's callbacks to the owner's methods."""
+
+    def __init__(self, owner: UdpSender | UdpReceiver) -> None:
+        self.owner = owner
+
+    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        try:
+            self.owner._on_datagram(data, addr)
+        except Exception:  # the receive loop must survive anything a peer sends
+            log.exception("datagram from %s dropped", addr)
+            self.owner._count_malformed()
+
+    def error_received(self, exc: Exception) -> None:
+        # ICMP port unreachable and the like: the peer is not there (yet); retransmission and
+        # deadlines handle it.
+        log.debug("socket error: %s", exc)
+
+
+class UdpSender:
+    """The edge end: `send` messages towards one receiver."""
+
+    def __init__(self, config: TransportConfig, stream: int = 0) -> None:
+        self.config = config
+        self.stream = stream
+        self.stats = SenderStats()
+        self.rtt = RttEstimator(config.initial_rto_s, config.min_rto_s)
+        self.loss = 0.0
+        self.bandwidth_bps: float | None = None
+        #: Sequence -> wall time it was first sent (the newest `_SEND_LOG` messages).
+        self.send_wall: dict[int, float] = {}
+        self._seq = 0
+        self._out: dict[int, _Out] = {}
+        self._idle = asyncio.Event()  # set while nothing is outstanding
+        self._idle.set()
+        self._transport: asyncio.DatagramTransport | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        # (fragments, first copies lost) of recently acknowledged messages, and their sums
+        self._loss_window: deque[tuple[int, int]] = deque()
+        self._loss_n = 0
+        self._loss_lost = 0
+
+    @classmethod
+    async def connect(
+        cls, host: str, port: int, config: TransportConfig | None = None, stream: int = 0
+    ) -> UdpSender:
+        sender = cls(config or TransportConfig(), stream)
+        loop = asyncio.get_running_loop()
+        try:
+            transport, _ = await loop.create_datagram_endpoint(
+                lambda: _Endpoint(sender), remote_addr=(host, port)
+            )
+        except OSError as e:
+            raise TransportError(f"cannot open a UDP socket to {host}:{port}: {e}") from e
+        sender._transport = transport
+        sender._ticker = asyncio.create_task(sender._tick_loop())
+        return sender
+
+    def estimate(self) -> LinkEstimate:
+        return LinkEstimate(self.rtt.srtt_s, self.rtt.rto_s, self.loss, self.bandwidth_bps)
+
+    def send(
+        self,
+        template: Packet,
+        payload: bytes,
+        *,
+        deadline_s: float | None = None,
+        reliable: bool = False,
+    ) -> int:
+        """Send one message now; returns its sequence number."""
+        seq = self._seq
+        self._seq += 1
+        head = Packet(
+            kind=template.kind,
+            stream=self.stream,
+            sequence=seq,
+            media_time_us=template.media_time_us,
+            modality=template.modality,
+            dtype=template.dtype,
+            shape=template.shape,
+            quant_scale=template.quant_scale,
+            keep_ratio=template.keep_ratio,
+            mask_bits=template.mask_bits,
+            sample_rate=template.sample_rate,
+            flags=template.flags | (RELIABLE if reliable else 0),
+            traceparent=template.traceparent,
+        )
+        packets = fragment(head, payload, self.config.mtu_bytes)
+        datagrams = [encode(p) for p in packets]
+        now = now_wall()
+        out = _Out(
+            seq,
+            datagrams,
+            packets,
+            len(payload),
+            now + (deadline_s if deadline_s is not None else self.config.deadline_s),
+            reliable,
+            sent_wall=now,
+        )
+        if reliable:
+            out.acked = asyncio.get_running_loop().create_future()
+        self._out[seq] = out
+        self._idle.clear()
+        self.send_wall[seq] = now
+        if len(self.send_wall) > _SEND_LOG:  # a bounded log: the oldest entries go first
+            del self.send_wall[next(iter(self.send_wall))]
+        self.stats.messages += 1
+        for d in datagrams:
+            self._put(d)
+        out.last_send_wall = now_wall()
+        return seq
+
+    async def send_reliable(self, template: Packet, payload: bytes, timeout_s: float) -> int:
+        """Send and wait for the acknowledgement (raises `TransportError` after `timeout_s`)."""
+        seq = self.send(template, payload, deadline_s=timeout_s, reliable=True)
+        fut = self._out[seq].acked
+        assert fut is not None
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        except TimeoutError as e:
+            raise TransportError(f"no acknowledgement from the cloud within {timeout_s} s") from e
+        return seq
+
+    async def drain(self, timeout_s: float) -> None:
+        """Wait until every message is acknowledged or past its deadline."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+
+    async def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+            self._ticker = None
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+
+    # -- internals ------------------------------------------------------------------------
+    def _put(self, datagram: bytes) -> None:
+        if self._transport is None:
+            return
+        self._transport.sendto(datagram)
+        self.stats.datagrams += 1
+        self.stats.bytes += len(datagram)
+
+    def _forget(self, seq: int) -> None:
+        del self._out[seq]
+        if not self._out:
+            self._idle.set()
+
+    def _retransmit(self, out: _Out, index: int) -> None:
+        out.sent_at[index] = now_wall()
+        p = out.packets[index]
+        self._put(encode(replace(p, flags=p.flags | RETRANSMIT)))
+        self.stats.retransmits += 1
+
+    def _count_malformed(self) -> None:
+        self.stats.malformed += 1
+
+    def _on_datagram(self, data: bytes, addr: Any) -> None:
+        try:
+            p = decode(data)
+        except WireError:
+            self.stats.malformed += 1
+            return
+        out = self._out.get(p.sequence)
+        now = now_wall()
+        if p.kind is Kind.NACK:
+            self.stats.nacks += 1
+            if out is None or now > out.deadline_wall:
+                return
+            if len(p.payload) % 2:
+                self.stats.malformed += 1
+                return
+            wanted = struct.unpack(f"!{len(p.payload) // 2}H", p.payload)
+            indices = [i for i in wanted if i < len(out.datagrams)] or range(len(out.datagrams))
+            # A fragment sent less than an RTT ago may still be queued on the path: the NACK
+            # is stale, and resending it would only lengthen the queue (a retransmission storm
+            # on a slow link).
+            guard = self.rtt.srtt_s or 0.0
+            resend = [i for i in indices if now - out.sent_at.get(i, out.sent_wall) >= guard]
+            if not resend:
+                return
+            out.retransmitted = True
+            for i in resend:
+                self._retransmit(out, i)
+            out.last_send_wall = now
+        elif p.kind is Kind.ACK:
+            self.stats.acks += 1
+            if len(p.payload) != _ACK.size:
+                self.stats.malformed += 1
+                return
+            originals, count, size, dispersion_us = _ACK.unpack(p.payload)
+            if out is None:
+                return  # a duplicate ACK
+            self._forget(p.sequence)
+            if out.acked is not None and not out.acked.done():
+                out.acked.set_result(None)
+            if not out.retransmitted:  # Karn: no RTT sample from a retransmitted message
+                self.rtt.sample(now - out.last_send_wall)
+                if len(out.datagrams) >= 4 and dispersion_us > 0:
+                    bw = 8.0 * size * (len(out.datagrams) - 1) / len(out.datagrams)
+                    sample = bw / (dispersion_us / 1e6)
+                    old = self.bandwidth_bps
+                    self.bandwidth_bps = sample if old is None else 0.7 * old + 0.3 * sample
+            if count:
+                self._loss_window.append((count, max(0, count - originals)))
+                self._loss_n += count
+                self._loss_lost += max(0, count - originals)
+                while self._loss_n - self._loss_window[0][0] >= _LOSS_WINDOW:
+                    n, lost = self._loss_window.popleft()
+                    self._loss_n -= n
+                    self._loss_lost -= lost
+                self.loss = self._loss_lost / self._loss_n
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(_TICK_S)
+            now = now_wall()
+            for seq, out in list(self._out.items()):
+                if now > out.deadline_wall:
+                    self._forget(seq)
+                    self.stats.expired += 1
+                    if out.acked is not None and not out.acked.done():
+                        out.acked.set_exception(
+                            TransportError(f"message {seq} was never acknowledged")
+                        )
+                        out.acked.exception()  # retrieved: send_reliable reports its own
+                    continue
+                if now - out.last_send_wall >= self.rtt.rto_s:
+                    # Tail-loss probe: resend the last fragment; the receiver NACKs the rest.
+                    self._retransmit(out, len(out.packets) - 1)
+                    out.retransmitted = True
+                    out.last_send_wall = now
+                    self.rtt.backoff()
+
+
+@dataclass
+class Message:
+    """A reassembled message, as delivered by `UdpReceiver.messages`."""
+
+    header: Packet
+    payload: bytes
+    first_seen_wall: float
+    complete_wall: float
+
+
+@dataclass
+class _In:
+    count: int
+    header: Packet
+    parts: dict[int, bytes] = field(default_factory=dict)
+    first_seen_wall: float = 0.0
+    first_arrival_wall: float = 0.0
+    last_arrival_wall: float = 0.0
+    last_nack_wall: float = 0.0
+    nacks: int = 0
+    originals: int = 0  # fragments that arrived as first copies
+
+
+class UdpReceiver:
+    """The cloud end: reassembles, orders and delivers one edge's messages."""
+
+    def __init__(self, config: TransportConfig, stream: int = 0) -> None:
+        self.config = config
+        #: The stream number this receiver serves (the sender's `stream`).
+        self.stream = stream
+        self.stats = ReceiverStats()
+        self.peer: Any = None
+        self._transport: asyncio.DatagramTransport | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self._incomplete: dict[int, _In] = {}
+        self._done: dict[int, Message] = {}
+        self._known_since: dict[int, float] = {}  # missing sequence -> when first missed
+        self._next = 0
+        self._highest = -1
+        self._given_up: set[int] = set()  # skipped as too late (the newest few thousand)
+        self._queue: asyncio.Queue[Message | None] = asyncio.Queue()
+        self._repair_s = 0.05  # NACK -> repair time, measured
+
+        self._closed = False
+
+    @classmethod
+    async def listen(
+        cls, host: str, port: int, config: TransportConfig | None = None, stream: int = 0
+    ) -> UdpReceiver:
+        receiver = cls(config or TransportConfig(), stream)
+        loop = asyncio.get_running_loop()
+        try:
+            transport, _ = await loop.create_datagram_endpoint(
+                lambda: _Endpoint(receiver), local_addr=(host, port)
+            )
+        except OSError as e:
+            raise TransportError(f"cannot listen on UDP {host}:{port}: {e}") from e
+        receiver._transport = transport
+        receiver._ticker = asyncio.create_task(receiver._tick_loop())
+        return receiver
+
+    @property
+    def address(self) -> tuple[str, int]:
+        assert self._transport is not None
+        host, port = self._transport.get_extra_info("sockname")[:2]
+        return str(host), int(port)
+
+    async def messages(self) -> AsyncIterator[Message]:
+        """Messages in sequence order (late ones skipped) until `close`."""
+        while True:
+            m = await self._queue.get()
+            if m is None:
+                return
+            yield m
+
+    async def close(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+            self._ticker = None
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+        if not self._closed:
+            self._closed = True
+            self._queue.put_nowait(None)
+
+    # -- internals ------------------------------------------------------------------------
+    def _count_malformed(self) -> None:
+        self.stats.malformed += 1
+
+    def _send(self, packet: Packet) -> None:
+        if self._transport is not None and self.peer is not None:
+            self._transport.sendto(encode(packet), self.peer)
+
+    def _ack(self, header: Packet, originals: int, size: int, dispersion_s: float) -> None:
+        body = _ACK.pack(
+            originals,
+            header.fragment_count if originals else 0,
+            min(size, 2**32 - 1),
+            min(2**32 - 1, round(dispersion_s * 1e6)),
+        )
+        self._send(
+            Packet(kind=Kind.ACK, stream=header.stream, sequence=header.sequence, payload=body)
+        )
+
+    def _on_datagram(self, data: bytes, addr: Any) -> None:
+        now = now_wall()
+        try:
+            p = decode(data)
+        except WireError:
+            self.stats.malformed += 1
+            return
+        if p.kind not in (Kind.DATA, Kind.CONTROL):
+            self.stats.malformed += 1
+            return
+        if p.stream != self.stream or p.sequence >= self._next + SEQUENCE_WINDOW:
+            self.stats.foreign += 1
+            return
+        self.peer = addr
+        self.stats.datagrams += 1
+        self.stats.bytes += len(data)
+
+        seq = p.sequence
+        if seq in self._done:
+            self.stats.duplicates += 1
+            return
+        if seq < self._next:
+            if seq not in self._given_up:
+                self.stats.duplicates += 1
+                self._ack(p, 0, 0, 0.0)  # our first ACK may have been lost
+                return
+            if not p.flags & RELIABLE:
+                self.stats.late_fragments += 1
+                return
+        msg = self._incomplete.get(seq)
+        if msg is None:
+            msg = _In(p.fragment_count, p, first_seen_wall=self._known_since.get(seq, now))
+            self._incomplete[seq] = msg
+        if msg.count == 0:  # NACKed whole before any fragment arrived
+            msg.count, msg.header = p.fragment_count, p
+        if p.fragment_count != msg.count:
+            self.stats.malformed += 1
+            return
+        if p.fragment_index in msg.parts:
+            self.stats.duplicates += 1
+            return
+        if msg.nacks and len(msg.parts) and now - msg.last_nack_wall > 0:
+            self._repair_s = 0.8 * self._repair_s + 0.2 * (now - msg.last_nack_wall)
+        if seq < self._highest:
+            self.stats.reordered += 1
+        msg.parts[p.fragment_index] = p.payload
+        if not p.flags & RETRANSMIT:
+            msg.originals += 1
+        if not msg.first_arrival_wall:
+            msg.first_arrival_wall = now
+        msg.last_arrival_wall = now
+        for missing in range(self._highest + 1, seq):
+            self._known_since.setdefault(missing, now)
+        self._highest = max(self._highest, seq)
+        if len(msg.parts) == msg.count:
+            del self._incomplete[seq]
+            self._known_since.pop(seq, None)
+            payload = b"".join(msg.parts[i] for i in range(msg.count))
+            dispersion = 0.0 if msg.nacks else now - msg.first_arrival_wall
+            self._ack(msg.header, msg.originals, len(payload), dispersion)
+            m = Message(msg.header, payload, msg.first_seen_wall, now)
+            if seq < self._next:  # a reliable message that arrived after being given up
+                self._given_up.discard(seq)
+                self._deliver(m)
+            else:
+                self._done[seq] = m
+                self._advance(now)
+
+    def _deliver(self, m: Message) -> None:
+        self.stats.delivered += 1
+        self._queue.put_nowait(m)
+
+    def _advance(self, now: float) -> None:
+        while True:
+            if self._next in self._done:
+                self._deliver(self._done.pop(self._next))
+            else:
+                since = self._known_since.get(self._next)
+                inc = self._incomplete.get(self._next)
+                if inc is not None:
+                    since = inc.first_seen_wall
+                if since is None or now - since < self.config.deadline_s:
+                    return
+                # Too late to be useful: skip it; its stragglers are counted as late.
+                self.stats.late_dropped += 1
+                self._incomplete.pop(self._next, None)
+                self._known_since.pop(self._next, None)
+                self._given_up.add(self._next)
+            self._next += 1
+            if len(self._given_up) > 4096:
+                self._given_up = {s for s in self._given_up if s >= self._next - 2048}
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(_TICK_S)
+            now = now_wall()
+            self._advance(now)
+            interval = max(2 * self.config.nack_delay_s, 1.5 * self._repair_s)
+            for seq in range(self._next, self._highest + 1):
+                if seq in self._done:
+                    continue
+                msg = self._incomplete.get(seq)
+                since = msg.last_arrival_wall if msg else self._known_since.get(seq, now)
+                last = msg.last_nack_wall if msg else 0.0
+                if now - since < self.config.nack_delay_s or now - last < interval:
+                    continue
+                if msg is None:
+                    # Nothing of it arrived: NACK the whole message (empty list).
+                    msg = _In(1, Packet(sequence=seq), first_seen_wall=since)
+                    msg.last_arrival_wall = since
+                    self._incomplete[seq] = msg
+                    missing: list[int] = []
+                    msg.count = 0  # unknown until a fragment arrives
+                else:
+                    missing = [i for i in range(msg.count) if i not in msg.parts]
+                msg.last_nack_wall = now
+                msg.nacks += 1
+                self.stats.nacks_sent += 1
+                missing = missing[:500]  # the rest after these are repaired
+                payload = struct.pack(f"!{len(missing)}H", *missing)
+                self._send(Packet(kind=Kind.NACK, sequence=seq, payload=payload))
+
+
+__all__ = [
+    "RELIABLE",
+    "LinkEstimate",
+    "Message",
+    "ReceiverStats",
+    "RttEstimator",
+    "SenderStats",
+    "TransportError",
+    "UdpReceiver",
+    "UdpSender",
+]

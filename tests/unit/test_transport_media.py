@@ -1,0 +1,192 @@
+"""What crosses the link: sparse patch tokens of a key frame (ranking, keep ratio, bitmap
+run-length coding, reassembly) and VAD-gated Opus speech (only speech sent, aligned on the
+media clock after decoding)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import av
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from streamfuse.assets import demo_files
+from streamfuse.frames import AudioFrame
+from streamfuse.sources.media import MonoResampler
+from streamfuse.transport.config import TransportConfig
+from streamfuse.transport.patches import (
+    decode_patches,
+    encode_patches,
+    noise_sigma,
+    rle_decode,
+    rle_encode,
+)
+from streamfuse.transport.speech import OPUS_FRAME, SpeechDecoder, SpeechEncoder
+from streamfuse.transport.tensor import dequantize, tensor_packet
+from streamfuse.transport.wire import DType, WireError, decode, encode, fragment
+from streamfuse.vision.frames import KeyFrame
+
+pytestmark = pytest.mark.unit
+
+
+@given(st.lists(st.booleans(), max_size=3000))
+def test_run_length_mask_round_trips(bits: list[bool]) -> None:
+    arr = np.array(bits, dtype=bool)
+    assert np.array_equal(rle_decode(rle_encode(arr), arr.size), arr)
+
+
+def test_run_length_mask_rejects_runs_that_do_not_add_up() -> None:
+    with pytest.raises(WireError):
+        rle_decode(rle_encode(np.ones(10, dtype=bool)), 9)
+    with pytest.raises(WireError):
+        rle_decode(b"\x80\x80", 4)  # unterminated varint
+
+
+def _slide() -> tuple[KeyFrame, list[tuple[int, int, int, int]]]:
+    rng = np.random.default_rng(0)
+    image = np.full((120, 200, 3), 230, dtype=np.uint8)
+    boxes = [(10, 10, 90, 26), (10, 60, 190, 76)]
+    for x0, y0, x1, y1 in boxes:  # "text": dark noise inside each box
+        image[y0:y1, x0:x1] = rng.integers(0, 80, size=(y1 - y0, x1 - x0, 1), dtype=np.uint8)
+    frame = KeyFrame(
+        stream_id="s",
+        t_media=3.5,
+        image=image,
+        index=105,
+        changed_bbox=(0, 50, 200, 90),
+        changed_frac=0.4,
+        t_changed=3.1,
+        reason="change",
+    )
+    return frame, boxes
+
+
+def test_patches_keep_text_and_rebuild_it_exactly_with_png() -> None:
+    frame, boxes = _slide()
+    config = TransportConfig(patch_codec="png", grey_levels=256, text_pad_px=0, patch_px=8)
+    message = encode_patches(frame, boxes, 1.0, config)
+    rebuilt = decode_patches(message.payload, message.shape, stream_id="s", arrival_wall=1.0)
+    assert message.kept == message.candidates < (15 * 25)  # background patches never sent
+    for x0, y0, x1, y1 in boxes:  # PNG is lossless: the text is bit-exact (grey)
+        assert np.array_equal(rebuilt.image[y0:y1, x0:x1, 0], frame.image[y0:y1, x0:x1, 0])
+    assert (rebuilt.image[100:, :, 0] == 230).all()  # background filled
+    assert (rebuilt.t_media, rebuilt.index, rebuilt.reason) == (3.5, 105, "change")
+    assert rebuilt.changed_bbox == frame.changed_bbox and rebuilt.t_changed == 3.1
+
+
+def test_keep_ratio_keeps_the_changed_text_first() -> None:
+    frame, boxes = _slide()
+    config = TransportConfig(patch_codec="png", grey_levels=256, text_pad_px=0, patch_px=8)
+    full = encode_patches(frame, boxes, 1.0, config)
+    n_cells = full.shape[0] * full.shape[1]
+    part = encode_patches(frame, boxes, 0.1, config)
+    assert part.kept == int(np.ceil(0.1 * n_cells)) < full.kept
+    assert len(part.payload) < len(full.payload)
+    rebuilt = decode_patches(part.payload, part.shape, stream_id="s", arrival_wall=0.0)
+    # The second line lies in the changed region: it outranks the first.
+    assert np.array_equal(rebuilt.image[64:72, 16:184, 0], frame.image[64:72, 16:184, 0])
+    assert (rebuilt.image[10:26, 10:90, 0] == 230).any()
+
+
+def test_quantized_patches_keep_each_patch_range_and_shrink_the_payload() -> None:
+    frame, boxes = _slide()
+    exact = TransportConfig(grey_levels=256, text_pad_px=0, patch_px=8)
+    four = TransportConfig(grey_levels=4, text_pad_px=0, patch_px=8)
+    a, b = encode_patches(frame, boxes, 1.0, exact), encode_patches(frame, boxes, 1.0, four)
+    assert len(b.payload) < 0.7 * len(a.payload)
+    rebuilt = decode_patches(b.payload, b.shape, stream_id="s", arrival_wall=0.0)
+    x0, y0, x1, y1 = boxes[0]
+    original = frame.image[y0:y1, x0:x1, 0].astype(int)
+    got = rebuilt.image[y0:y1, x0:x1, 0].astype(int)
+    # 4 levels over a patch's own range (at most 0..230 here, where a patch holds paper too):
+    # every pixel within half a step of the truth, and the range itself kept.
+    assert np.abs(got - original).max() <= 230 / 3 / 2 + 1
+    assert got.min() == original.min() and got.max() <= 230
+
+
+def test_malformed_patch_payload_is_a_wire_error() -> None:
+    frame, boxes = _slide()
+    message = encode_patches(frame, boxes, 1.0, TransportConfig())
+    for bad in (message.payload[:10], message.payload[:-50], b"\0" * 3):
+        with pytest.raises(WireError):
+            decode_patches(bad, message.shape, stream_id="s", arrival_wall=0.0)
+
+
+def _demo_audio(seconds: float) -> np.ndarray:
+    with demo_files() as files, av.open(str(files.clip)) as c:
+        resample, pieces = MonoResampler(), []
+        for frame in c.decode(audio=0):
+            pieces.append(resample(frame))
+            if sum(map(len, pieces)) > seconds * 16_000:
+                break
+    return np.concatenate(pieces)[: int(seconds * 16_000)]
+
+
+def test_speech_round_trip_is_aligned_and_silence_is_not_sent() -> None:
+    speech = _demo_audio(4.0)
+    # Two seconds of silence, then speech: the silence must not be sent.
+    x = np.concatenate([np.zeros(32_000, dtype=np.float32), speech])
+    encoder = SpeechEncoder(chunk_s=0.5)
+    chunks = []
+    for i in range(0, len(x) - OPUS_FRAME + 1, OPUS_FRAME):
+        window = AudioFrame(samples=x[i : i + OPUS_FRAME], t_media=i / 16_000)
+        chunks += encoder.push(window)
+    chunks += encoder.flush()
+    assert chunks and min(c.t_media for c in chunks) > 2.0 - encoder.pad_s - 0.05
+    assert encoder.speech_s < encoder.audio_s - 1.5
+    decoder, y = SpeechDecoder(), np.zeros_like(x)
+    for chunk in chunks:
+        t, samples = decoder.decode(chunk.payload())
+        i = round(t * 16_000)
+        y[i : i + len(samples)] = samples[: len(y) - i]
+    sent = y != 0
+    assert sent.sum() > 16_000
+    # Opus at 16 kbit/s keeps the waveform; a misalignment of even a few samples would not.
+    assert np.corrcoef(x[sent], y[sent])[0, 1] > 0.85
+    with pytest.raises(WireError):
+        decoder.decode(chunks[0].payload()[:-3])
+
+
+@pytest.mark.parametrize(
+    ("dtype", "rel_error"),
+    [(DType.FLOAT32, 0.0), (DType.INT8, 0.5 / 127), (DType.FLOAT8_E4M3, 0.07)],
+)
+def test_tensors_cross_the_wire_within_their_code_error(dtype: DType, rel_error: float) -> None:
+    x = np.random.default_rng(0).standard_normal((2, 50, 16)).astype(np.float32)
+    header, payload = tensor_packet(x, dtype)
+    parts = [decode(encode(p)) for p in fragment(header, payload, 600)]
+    first = parts[0]
+    back = dequantize(
+        b"".join(p.payload for p in parts), first.shape, first.dtype, first.quant_scale
+    )
+    peak = float(np.abs(x).max())
+    # INT8: half a step of max|x|/127 everywhere; FP8 e4m3: 3 mantissa bits (relative 1/16)
+    # plus the subnormal floor near zero.
+    err = np.abs(back - x)
+    assert back.shape == x.shape
+    assert (
+        err <= rel_error * np.maximum(np.abs(x), peak if dtype is DType.INT8 else 0) + 1e-3 * peak
+    ).all()
+    assert len(payload) == x.size * (4 if dtype is DType.FLOAT32 else 1)
+    with pytest.raises(WireError):
+        dequantize(payload[:-1], first.shape, first.dtype, first.quant_scale)
+
+
+def test_noisy_frames_are_denoised_before_quantization_and_clean_ones_are_not() -> None:
+    frame, boxes = _slide()
+    clean = np.full((120, 200), 230, dtype=np.uint8)
+    noisy = np.clip(clean + np.random.default_rng(1).normal(0, 4, clean.shape), 0, 255)
+    assert noise_sigma(clean) == 0.0 and noise_sigma(noisy.astype(np.uint8)) > 2.0
+    grain = np.random.default_rng(2).normal(0, 4, frame.image.shape)
+    camera = dataclasses.replace(frame, image=np.clip(frame.image + grain, 0, 255).astype(np.uint8))
+    on, off = TransportConfig(), TransportConfig(denoise_px=0)
+    assert len(encode_patches(camera, boxes, 1.0, on).payload) < len(
+        encode_patches(camera, boxes, 1.0, off).payload
+    )
+    # A clean frame codes the same either way (no blur).
+    assert (
+        encode_patches(frame, boxes, 1.0, on).payload
+        == encode_patches(frame, boxes, 1.0, off).payload
+    )

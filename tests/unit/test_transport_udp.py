@@ -1,0 +1,150 @@
+"""The UDP link on real loopback sockets, through the fault proxy: every message arrives intact
+despite loss, reordering and duplication; corruption never reaches the application; late
+messages are dropped and counted; malformed datagrams never break the receive loop; the RTO
+follows RFC 6298; the keep-ratio policies follow the measured link."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import socket
+
+import pytest
+
+from streamfuse.clock import now_wall
+from streamfuse.testing.netfault import FaultConfig, FaultProxy
+from streamfuse.transport.config import TransportConfig
+from streamfuse.transport.policy import ArticleKeepPolicy, DeadlineKeepPolicy
+from streamfuse.transport.udp import LinkEstimate, RttEstimator, UdpReceiver, UdpSender
+from streamfuse.transport.wire import Kind, Modality, Packet, encode
+
+pytestmark = pytest.mark.unit
+
+
+async def _exchange(
+    faults: str, n: int = 40, config: TransportConfig | None = None, gap_s: float = 0.02
+) -> tuple[dict[int, bytes], dict[int, tuple[bytes, float]], UdpSender, UdpReceiver, FaultProxy]:
+    config = config or TransportConfig(deadline_s=1.5)
+    rx = await UdpReceiver.listen("127.0.0.1", 0, config)
+    proxy = FaultProxy(rx.address, FaultConfig.parse(faults))
+    tx = await UdpSender.connect(*await proxy.start(), config)
+    got: dict[int, tuple[bytes, float]] = {}
+
+    async def consume() -> None:
+        async for m in rx.messages():
+            got[m.header.sequence] = (m.payload, now_wall())
+
+    consumer = asyncio.create_task(consume())
+    rng = random.Random(3)
+    sent: dict[int, bytes] = {}
+    open_ = b'{"op":"open"}'
+    sent[await tx.send_reliable(Packet(kind=Kind.CONTROL, modality=Modality.JSON), open_, 5)] = (
+        open_
+    )
+    for _ in range(n):
+        payload = rng.randbytes(rng.randrange(50, 12_000))
+        sent[tx.send(Packet(modality=Modality.VIDEO_PATCHES), payload)] = payload
+        await asyncio.sleep(gap_s)
+    end = b'{"op":"end"}'
+    sent[await tx.send_reliable(Packet(kind=Kind.CONTROL, modality=Modality.JSON), end, 5)] = end
+    await tx.drain(3.0)
+    # The end is acknowledged on arrival; what precedes it may still wait for its deadline.
+    await asyncio.sleep(config.deadline_s + 0.1)
+    await rx.close()
+    await consumer
+    await tx.close()
+    await proxy.close()
+    return sent, got, tx, rx, proxy
+
+
+def test_five_percent_loss_with_jitter_delivers_everything_in_time() -> None:
+    sent, got, tx, rx, proxy = asyncio.run(_exchange("loss=0.05,delay_ms=30,jitter_ms=10,seed=1"))
+    assert proxy.stats.lost > 5  # the faults did happen
+    assert set(got) == set(sent)
+    assert all(got[s][0] == sent[s] for s in sent)
+    assert list(got) == sorted(got)  # delivered in sequence order
+    assert all(got[s][1] - tx.send_wall[s] <= 1.5 for s in sent)
+    assert tx.stats.retransmits > 0 and rx.stats.nacks_sent > 0
+    # The estimates see the link: ~60 ms RTT and a few % loss.
+    link = tx.estimate()
+    assert link.srtt_s is not None and 0.05 < link.srtt_s < 0.5
+    assert 0.005 < link.loss < 0.2
+
+
+def test_bursty_loss_corruption_duplicates_never_corrupt_a_message() -> None:
+    faults = (
+        "ge_p_bad=0.03,ge_p_good=0.3,ge_loss_bad=0.9,loss=0.02,reorder=0.05,"
+        "duplicate=0.05,corrupt=0.02,delay_ms=20,jitter_ms=10,seed=2"
+    )
+    sent, got, _tx, rx, proxy = asyncio.run(_exchange(faults))
+    assert proxy.stats.corrupted > 0 and proxy.stats.duplicated > 0
+    assert all(got[s][0] == sent[s] for s in got)  # nothing corrupted got through
+    assert rx.stats.malformed >= proxy.stats.corrupted - 2  # corrupted ones counted (a few lost)
+    assert rx.stats.duplicates > 0
+    delivered_or_dropped = len(got) + rx.stats.late_dropped
+    assert delivered_or_dropped == len(sent)  # every message accounted for
+
+
+def test_messages_past_the_deadline_are_dropped_and_counted() -> None:
+    # 300 ms one way and a 0.2 s deadline: a lost fragment cannot be repaired in time.
+    config = TransportConfig(deadline_s=0.2, nack_delay_s=0.01)
+    sent, got, _tx, rx, _proxy = asyncio.run(
+        _exchange("loss=0.3,delay_ms=300,seed=4", n=20, config=config, gap_s=0.01)
+    )
+    assert rx.stats.late_dropped > 0
+    assert len(got) + rx.stats.late_dropped == len(sent)
+    assert all(got[s][0] == sent[s] for s in got)
+
+
+def test_garbage_datagrams_are_counted_and_the_link_keeps_working() -> None:
+    asyncio.run(_garbage())
+
+
+async def _garbage() -> None:
+    config = TransportConfig()
+    rx = await UdpReceiver.listen("127.0.0.1", 0, config)
+    tx = await UdpSender.connect(*rx.address, config)
+    raw = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    # Well-formed but hostile: far ahead of the sequence window, and another stream.
+    ahead = encode(Packet(sequence=2**32 - 1, payload=b"x"))
+    other = encode(Packet(stream=9, payload=b"x"))
+    try:
+        for junk in (b"", b"SF", b"\x00" * 60, random.Random(0).randbytes(1400), ahead, other):
+            raw.sendto(junk, rx.address)
+        await asyncio.sleep(0.05)
+        seq = tx.send(Packet(modality=Modality.JSON), b"{}")
+        m = await asyncio.wait_for(anext(rx.messages()), 2)
+    finally:
+        raw.close()
+        await tx.close()
+        await rx.close()
+    assert m.header.sequence == seq and m.payload == b"{}"
+    assert rx.stats.malformed == 4 and rx.stats.foreign == 2
+
+
+def test_rto_follows_rfc_6298() -> None:
+    rtt = RttEstimator(initial_rto_s=1.0, min_rto_s=0.01)
+    assert rtt.rto_s == 1.0
+    rtt.sample(0.1)  # first sample: srtt = r, rttvar = r / 2, rto = srtt + 4 rttvar
+    assert rtt.srtt_s == pytest.approx(0.1) and rtt.rto_s == pytest.approx(0.3)
+    rtt.sample(0.2)
+    assert rtt.rttvar_s == pytest.approx(0.75 * 0.05 + 0.25 * 0.1)
+    assert rtt.srtt_s == pytest.approx(0.875 * 0.1 + 0.125 * 0.2)
+    rto = rtt.rto_s
+    rtt.backoff()
+    assert rtt.rto_s == pytest.approx(2 * rto)
+
+
+def test_keep_policies_follow_the_link() -> None:
+    article = ArticleKeepPolicy()
+    good = LinkEstimate(srtt_s=0.05, rto_s=0.2, loss=0.01, bandwidth_bps=5e6)
+    assert article.keep(good, 40_000, 0.2) == 0.7
+    assert article.keep(LinkEstimate(0.25, 1.0, 0.0, 5e6), 40_000, 0.2) == 0.3
+    assert article.keep(LinkEstimate(0.05, 0.2, 0.06, 5e6), 40_000, 0.2) == 0.3
+    deadline = DeadlineKeepPolicy(deadline_s=1.5, min_keep=0.05)
+    assert deadline.keep(good, 40_000, 0.2) == 0.2  # fits: every text patch
+    slow = LinkEstimate(srtt_s=0.1, rto_s=0.3, loss=0.0, bandwidth_bps=200_000)
+    kept = deadline.keep(slow, 40_000, 0.2)
+    assert 0.05 <= kept < 0.2
+    # What it keeps is delivered in time at that rate: kept bytes / rate + RTT <= deadline.
+    assert 40_000 * kept / 0.2 * 8 / 200_000 + 0.1 <= 1.5
