@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from streamfuse.errors import ConfigError
+from streamfuse.lm.config import LMConfig
 from streamfuse.lm.dropping import (
     AttentionAccumulator,
     ContextInfo,
@@ -18,6 +20,7 @@ from streamfuse.lm.dropping import (
     query_attention,
     schedule_keeps,
 )
+from streamfuse.lm.engine import LMEngine, Request
 from streamfuse.lm.gemma import GemmaModel, Segment
 from streamfuse.testing.tiny_lm import tiny_config, tiny_model
 
@@ -136,3 +139,79 @@ def test_modal_entropy_gap_sign() -> None:
     mass = torch.tensor([0.9, 0.05, 0.05, 0.25, 0.25, 0.25, 0.25])
     modality = torch.tensor([0, 0, 0, 1, 1, 1, 1])
     assert modal_entropy_gap(mass, modality) > 0.5  # speech spread evenly, slides peaked
+
+
+def _engine(model: GemmaModel, **over: dict) -> LMEngine:
+    base: dict = {
+        "pool": {"num_slots": 2, "max_tokens": 96},
+        "scheduler": {"max_batch_tokens": 96, "prefill_chunk": 16},
+    }
+    for k, v in over.items():
+        base[k] = {**base.get(k, {}), **v}
+    return LMEngine(model, LMConfig.model_validate(base))
+
+
+@pytest.mark.parametrize("method", ["ours", "fastv", "recency"])
+def test_engine_dropping_prefill_then_speculative_equals_greedy_on_the_kept_context(
+    model: GemmaModel, method: str
+) -> None:
+    """The engine's dropping prefill keeps what `compress_prefill` keeps, and decoding on that
+    cache is the same whether drafts are verified (speculative) or not, and equals plain
+    one-token-at-a-time greedy decoding of the kept slot."""
+    ids = [2] + [10, 11, 12, 13, 14, 15] * 9 + [10, 11, 12]  # repetitive: drafts get accepted
+    n = len(ids)
+    outs = {}
+    for spec in (False, True):
+        eng = _engine(model, dropping={"method": method})
+        req = Request(prompt_ids=tuple(ids), max_new_tokens=16, keep_ratio=0.25, query_tokens=4,
+                      speculative=spec, stop_ids=())  # fmt: skip
+        outs[spec] = eng.submit(req).wait()
+        assert eng.stats.dropped_tokens > 0
+        if spec:
+            assert eng.stats.draft_tokens > 0
+    assert outs[True] == outs[False]
+    # Reference: the same plan, then plain greedy decoding on the kept slot.
+    pool = model.kv_pool(num_slots=1, max_tokens=96)
+    plan = method_plan(method, n, 0.25, query_rows=4, seed=1, layers=(-1, 1, 2, 3))
+    first = model.forward(torch.tensor(ids), [Segment(0, 0, n)], pool, drop=plan, greedy=True)
+    ref = [int(first[0])]
+    m = len(plan.kept)
+    while len(ref) < 16:
+        nxt = model.forward(torch.tensor([ref[-1]]), [Segment(0, m + len(ref) - 1, 1)], pool)
+        ref.append(int(nxt[-1].argmax()))
+    assert outs[False] == ref
+
+
+def test_heavy_hitter_eviction_keeps_sinks_recent_and_most_attended(model: GemmaModel) -> None:
+    eng = _engine(
+        model,
+        pool={"max_tokens": 48},
+        truncation={"policy": "heavy_hitter", "sink_tokens": 2, "window_tokens": 24},
+    )
+    ids = prompt(5)[:40]
+    out = eng.generate(ids, 20, speculative=False, stop_ids=())
+    assert len(out) == 20
+    assert eng.stats.truncations >= 1
+    assert eng.attention is not None
+    # After an eviction the slot holds sinks + window tokens, sinks first, recent last.
+    eng2 = _engine(
+        model,
+        pool={"max_tokens": 48},
+        truncation={"policy": "heavy_hitter", "sink_tokens": 2, "window_tokens": 24},
+    )
+    eng2.feed("s", ids)
+    eng2.run_until_idle()
+    eng2.feed("s", prompt(6)[1:20])
+    eng2.run_until_idle()
+    ctx = eng2.session_context("s")
+    assert ctx[:2] == ids[:2]
+    assert ctx[-12:] == prompt(6)[1:20][-12:]
+    assert len(ctx) <= 48
+
+
+def test_keep_ratio_on_a_question_that_rolls_back_is_refused(model: GemmaModel) -> None:
+    eng = _engine(model)
+    with pytest.raises(ConfigError):
+        eng.submit(Request(prompt_ids=(2, 5, 6), session="s", keep_ratio=0.5))
+    with pytest.raises(ConfigError):
+        eng.submit(Request(prompt_ids=(2, 5, 6), keep_ratio=1.5))

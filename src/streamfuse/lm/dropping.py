@@ -316,8 +316,10 @@ def method_plan(
             query_rows=query_rows,
         )
     if method == "ours":
-        if info is None:
-            raise ValueError("method 'ours' needs ContextInfo (lines, modality, similarity)")
+        if info is None:  # no lines known: every token its own line, no similarity
+            info = ContextInfo(torch.arange(rows), torch.full((rows,), -1))
+        if info.similarity is None:  # nothing to drop on before the first layer
+            layers = [li for li in layers if li >= 0] or [FASTV_LAYER]
         keeps = schedule_keeps(droppable, ratio, decaying_rates(len(layers), *rates))
         signals: dict[str, float] = {}
         plan = DropPlan(
@@ -343,6 +345,10 @@ class AttentionAccumulator:
 
     def reset(self, slot: int) -> None:
         self.mass[slot].zero_()
+
+    def clear_from(self, slot: int, start: int) -> None:
+        """Forget what positions start.. received (they were rewritten)."""
+        self.mass[slot, start:].zero_()
 
     def keep(self, slot: int, length: int, budget: int, *, sink: int, recent: int) -> Tensor:
         """Positions to keep: `sink` first, `recent` last and the heaviest of the rest."""
