@@ -107,14 +107,25 @@ class LMEngine:
             self._wake.notify_all()
         return handle
 
-    def feed(self, session: str, prompt_ids: Seq[int], version: int = 0) -> RequestHandle:
-        """Append input to a session's context (prefill only, nothing generated)."""
+    def feed(
+        self,
+        session: str,
+        prompt_ids: Seq[int],
+        version: int = 0,
+        *,
+        keep_ratio: float | None = None,
+        query_tokens: int = 1,
+    ) -> RequestHandle:
+        """Append input to a session's context (prefill only, nothing generated); with
+        `keep_ratio`, only the tokens token dropping keeps (ranked by the last `query_tokens`)."""
         req = Request(
             prompt_ids=tuple(prompt_ids),
             max_new_tokens=0,
             session=session,
             version=version,
             keep_output=True,
+            keep_ratio=keep_ratio,
+            query_tokens=min(query_tokens, len(prompt_ids)) if keep_ratio else 1,
         )
         return self.submit(req)
 

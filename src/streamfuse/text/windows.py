@@ -151,10 +151,10 @@ class SemanticWindower:
             cur.append(w)
             nxt = words[i + 1] if i + 1 < len(words) else None
             reason: str | None = None
-            if nxt is None:
-                reason = "end"
-            elif _SENTENCE_END.search(w.text):
+            if _SENTENCE_END.search(w.text):
                 reason = "sentence"
+            elif nxt is None:
+                reason = "end"
             elif nxt.start_s - w.end_s >= cfg.pause_s:
                 reason = "pause"
             elif len(cur) >= cfg.max_words and _CLAUSE_END.search(w.text):
@@ -163,7 +163,7 @@ class SemanticWindower:
                 reason = "length"
             if reason is None:
                 continue
-            complete = reason in ("sentence", "pause", "end")
+            complete = reason in ("sentence", "pause")
             win = Window(list(cur), first, reason, integrity=1.0 if complete else 0.5)
             if cfg.ttl_s is not None:
                 win.expires_s = win.end_s + cfg.ttl_s
@@ -180,6 +180,22 @@ class SemanticWindower:
         for w, s in zip(windows[1:], sims.tolist(), strict=True):
             w.meta["similarity_prev"] = float(s)
             w.topic_shift = float(s) < self.config.topic_threshold
+
+
+def split_ready(text: str, *, max_words: int = 40) -> tuple[str, str]:
+    """Split buffered context text into (ready, held): `ready` ends at the last sentence end
+    (or, once more than `max_words` words wait, the last clause mark, else everything), `held`
+    is an unfinished sentence that waits for its end. Line breaks count as word separators."""
+    words = text.split(" ")
+    cut = -1
+    for i, w in enumerate(words):
+        if _SENTENCE_END.search(w.rstrip()):
+            cut = i
+    held = words[cut + 1 :]
+    if len(" ".join(held).split()) > max_words:
+        clause = [i for i, w in enumerate(held) if _CLAUSE_END.search(w.rstrip())]
+        cut += 1 + (clause[-1] if clause else len(held) - 1)
+    return " ".join(words[: cut + 1]), " ".join(words[cut + 1 :])
 
 
 def words_from_sentences(
