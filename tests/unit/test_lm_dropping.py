@@ -215,3 +215,21 @@ def test_keep_ratio_on_a_question_that_rolls_back_is_refused(model: GemmaModel) 
         eng.submit(Request(prompt_ids=(2, 5, 6), session="s", keep_ratio=0.5))
     with pytest.raises(ConfigError):
         eng.submit(Request(prompt_ids=(2, 5, 6), keep_ratio=1.5))
+
+
+def test_a_question_outranks_background_feeds_but_not_its_own_context(model: GemmaModel) -> None:
+    eng = _engine(model, pool={"num_slots": 1}, scheduler={"max_running": 1})
+    feed_a = eng.feed("a", prompt(7)[:30])
+    question_b = eng.submit(Request(prompt_ids=(2, 5, 6, 7), max_new_tokens=2, priority=1))
+    eng.step()
+    # One slot: the later question of another stream went first.
+    assert eng.scheduler.running[0].handle is question_b
+    eng.run_until_idle()
+    assert feed_a.done and question_b.done
+    # Within one session the question waits for the context fed before it.
+    feed = eng.feed("c", prompt(8)[:30])
+    ask = eng.submit(Request(prompt_ids=(5, 6), max_new_tokens=2, session="c", priority=1))
+    eng.step()
+    assert eng.scheduler.running[0].handle is feed
+    eng.run_until_idle()
+    assert ask.done

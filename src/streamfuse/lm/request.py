@@ -53,6 +53,9 @@ class Request:
     #: lets the 'ours' method pool by line and drop coarsely before the first layer.
     keep_ratio: float | None = None
     query_tokens: int = 1
+    #: Higher runs first (F19): a user's question (1) outranks background context feeds (0)
+    #: of other sessions; within a session requests still run in submission order.
+    priority: int = 0
     drop_info: ContextInfo | None = None
 
 

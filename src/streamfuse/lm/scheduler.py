@@ -1,6 +1,6 @@
 """The scheduler: which sequences run and which rows one engine step carries.
 
-`schedule()` admits waiting requests first come, first served into KV slots (an idle session
+`schedule()` admits waiting requests by priority, then first come, first served, into KV slots (an idle session
 resumes in its own slot; when the pool is full the least recently used idle session is evicted,
 and a request waits when every slot runs), then plans the step within `max_batch_tokens`:
 decoding sequences first (their last token plus prompt-lookup drafts), then prompt chunks of at
@@ -118,10 +118,18 @@ class Scheduler:
         sc = self.config.scheduler
         blocked: set[str] = set()
         pool_full = False
-        for seq in list(self.waiting):
+        # Priority first (stable: equal priorities keep arrival order); a session's requests
+        # keep their own order, so a question never overtakes its context's feed.
+        first_of: dict[str, Sequence] = {}
+        for q in self.waiting:
+            if q.session is not None:
+                first_of.setdefault(q.session.key, q)
+        for seq in sorted(self.waiting, key=lambda q: -q.req.priority):
             if len(self.running) >= sc.max_running:
                 break
             s = seq.session
+            if s is not None and first_of[s.key] is not seq:
+                continue
             if s is not None and (s.busy or s.key in blocked):
                 blocked.add(s.key)  # one request per session at a time, in order
                 continue
@@ -191,8 +199,8 @@ class Scheduler:
                 drafts = tokens[1:]
             work.append(Work(seq, tokens, "decode", drafts, True))
             budget -= len(tokens)
-        # Then prompt chunks, oldest first, within what is left of the budget.
-        for seq in self.running:
+        # Then prompt chunks, by priority then oldest first, within what is left of the budget.
+        for seq in sorted(self.running, key=lambda q: -q.req.priority):
             if not seq.pending or budget <= 0:
                 continue
             n = min(len(seq.pending), sc.prefill_chunk, budget)

@@ -233,6 +233,7 @@ class LMStage(Stage):
             keep_output=False,
             stop_ids=self._stops(),
             leading_ids=self._newlines() if self.config.stop_at_newline else (),
+            priority=1,  # a question outranks other streams' background context feeds
         )
         handle = self.engine.submit(req)
         answer = _Answer(
