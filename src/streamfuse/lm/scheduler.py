@@ -1,7 +1,7 @@
 """The scheduler: which sequences run and which rows one engine step carries.
 
-`schedule()` admits waiting requests by priority, then first come, first served, into KV slots (an idle session
-resumes in its own slot; when the pool is full the least recently used idle session is evicted,
+`schedule()` admits waiting requests by priority, then first come, first served, into KV
+slots (a session's own requests keep their order; an idle session resumes in its own slot; when the pool is full the least recently used idle session is evicted,
 and a request waits when every slot runs), then plans the step within `max_batch_tokens`:
 decoding sequences first (their last token plus prompt-lookup drafts), then prompt chunks of at
 most `prefill_chunk` tokens, oldest first, so a long prompt never stalls the others. When a
