@@ -1,13 +1,15 @@
 """The scheduler: which sequences run and which rows one engine step carries.
 
 `schedule()` admits waiting requests by priority, then first come, first served, into KV
-slots (a session's own requests keep their order; an idle session resumes in its own slot; when the pool is full the least recently used idle session is evicted,
-and a request waits when every slot runs), then plans the step within `max_batch_tokens`:
-decoding sequences first (their last token plus prompt-lookup drafts), then prompt chunks of at
-most `prefill_chunk` tokens, oldest first, so a long prompt never stalls the others. When a
-sequence's slot would overflow it is truncated to sink + window tokens (StreamingLLM), or,
+slots (a session's own requests keep their order; an idle session resumes in its own slot; when
+the pool is full the least recently used idle session is evicted, and a request waits when
+every slot runs), then plans the step within `max_batch_tokens`: decoding sequences first
+(their last token plus prompt-lookup drafts), then prompt chunks of at most `prefill_chunk`
+tokens (a request with `keep_ratio` in one piece), by priority then oldest first, so a long
+prompt never stalls the others. When a sequence's slot would overflow it is truncated to sink +
+window tokens (StreamingLLM), or to sinks + recent + heavy hitters ('heavy_hitter', H2O), or,
 under the 'reject' policy, refused up front (`check_fits`). It sees the pool only through
-`Slot` handles and lengths; the model's part of a truncation is the injected `compact`.
+`Slot` handles and lengths; the model's part of a truncation is the injected `Compactor`.
 """
 
 from __future__ import annotations
