@@ -4,7 +4,10 @@ One `forward` runs a flat batch: the new tokens of several sequences concatenate
 (rows, hidden) matrix (decode rows, speculative drafts and prefill chunks mixed), described by
 `Segment`s (slot, start, length). Linear layers see every row at once; attention runs per
 segment against that segment's slot. Positions are slot indices: a sink+window truncation
-re-rotates the kept keys (`compact`), so positions never exceed the slot size.
+re-rotates the kept keys (`compact`, `compact_positions`), so positions never exceed the slot
+size. A `DropPlan` (lm/dropping.py) makes one segment's rows leave the forward after early
+layers (F18); the survivors continue at compact positions and the earlier layers' cache rows
+are moved and re-rotated to match, so the slot ends up as if only the kept tokens had run.
 
 Architecture (Gemma 3): RMSNorm with a (1 + w) multiplier (stored folded), q/k RMSNorm, GQA,
 sliding-window layers (local RoPE base) and full layers (global RoPE base), GeGLU (tanh GELU),
@@ -16,15 +19,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from streamfuse.lm.dropping import AttentionObserver, DropPlan
 from streamfuse.lm.kv_pool import KVPool
 from streamfuse.lm.quant import DenseLinear, Int8Linear, Linear
+
+if TYPE_CHECKING:
+    from streamfuse.lm.dropping import AttentionObserver, DropPlan
 
 SLIDING = "sliding_attention"
 _SDPA_MIN_ROWS = 32
