@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from streamfuse.frames import ContextFrame, Frame
+from streamfuse.frames import ContextFrame, Frame, TextFrame
 from streamfuse.lm.config import LMConfig
 from streamfuse.lm.engine import LMEngine
 from streamfuse.lm.stage import LMStage, LMStageConfig
@@ -73,13 +73,16 @@ def test_split_ready_holds_an_unfinished_sentence() -> None:
 
 
 class _Lines(Source):
-    def __init__(self, lines: list[str]) -> None:
+    def __init__(self, lines: list[str], question: str | None = None) -> None:
         super().__init__("ctx", stream_id="s")
         self.lines = lines
+        self.question = question
 
     async def frames(self) -> AsyncIterator[Frame]:
         for i, text in enumerate(self.lines):
             yield ContextFrame(stream_id="s", t_media=float(i), t_end=float(i) + 1, text=text)
+        if self.question is not None:  # the answer needs the context: it is fed first
+            yield TextFrame(stream_id="s", text=self.question)
 
 
 def test_the_stage_feeds_whole_sentences_with_semantic_windows_on() -> None:
@@ -104,3 +107,22 @@ def test_the_stage_feeds_whole_sentences_with_semantic_windows_on() -> None:
     # The first line waited for its sentence's end; the rest was fed at the end of input.
     expected = ["[0.0s] SPEECH: the camera gives\n[1.0s] SPEECH: us frames.", "and then\n"]
     assert fed == [tok.decode(tok.encode(t)) for t in expected]  # the toy vocabulary's view
+
+
+def test_feed_keep_ratio_drops_context_tokens_in_the_session() -> None:
+    tok = CharTokenizer()
+    lm = LMConfig.model_validate({"pool": {"num_slots": 1, "max_tokens": 512}})
+    engine = LMEngine(tiny_model(seed=4), lm)
+    cfg = LMStageConfig(lm=lm, feed_keep_ratio=0.5, max_new_tokens=2)
+    stage = LMStage(cfg, engine=engine, tokenizer=tok)
+    text = "[0.0s] SPEECH: the camera gives us thirty frames per second.\n"
+    seen: list[int] = []
+
+    async def scenario() -> None:
+        source = _Lines([text], question="fps?")
+        await Pipeline("k").link(source, stage).link(stage, CollectSink()).run()
+        seen.append(engine.stats.dropped_tokens)
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+    n = len(tok.encode(text, add_bos=True))
+    assert seen[0] == n - (1 + 4 + round((n - 5) * 0.5))  # bos and the last 4 kept, half the rest

@@ -299,7 +299,8 @@ class LMEngine:
             query_rows=min(req.query_tokens, n),
             info=info,
             seed=w.seq.handle.id,
-            layers=dc.layers,
+            # Drop points past the model's depth would never run: the last one left keeps the ratio.
+            layers=[li for li in dc.layers if li < self.model.config.num_layers],
             rates=(dc.rate_first, dc.rate_last),
         )
         t0 = time.perf_counter()
