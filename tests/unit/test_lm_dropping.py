@@ -233,3 +233,17 @@ def test_a_question_outranks_background_feeds_but_not_its_own_context(model: Gem
     assert eng.scheduler.running[0].handle is feed
     eng.run_until_idle()
     assert ask.done
+
+
+def test_heavy_hitter_eviction_keeps_speculative_identical_to_greedy(model: GemmaModel) -> None:
+    ids = [2] + [10, 11, 12, 13, 14] * 7  # repetitive: drafts get accepted
+    outs = []
+    for spec in (False, True):
+        eng = _engine(
+            model,
+            pool={"max_tokens": 48},
+            truncation={"policy": "heavy_hitter", "sink_tokens": 2, "window_tokens": 24},
+        )
+        outs.append(eng.generate(ids, 24, speculative=spec, stop_ids=()))
+        assert eng.stats.truncations >= 1
+    assert outs[0] == outs[1]

@@ -65,6 +65,8 @@ def query_attention(view: LayerView, rows: int | None = None) -> Tensor:
     """Mean attention probability each alive row receives from the last `rows` query rows
     (default: all query rows), averaged over heads (FastV uses rows=1)."""
     assert view.q is not None and view.keys is not None
+    # Over every cached key, also past a sliding layer's window: this ranks what the query
+    # finds relevant, not what this one layer happens to be able to see.
     t = min(view.query_rows if rows is None else rows, view.q.shape[0])
     q = view.q[-t:]
     scores = torch.matmul(_grouped(q, view.keys.shape[0]), view.keys.transpose(1, 2))

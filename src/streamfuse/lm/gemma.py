@@ -426,10 +426,11 @@ class GemmaModel:
                 enable_gqa=True,
             )
             return o[0].transpose(0, 1).reshape(n, c.num_heads * c.head_dim)
-        if 1 < n <= _SDPA_MIN_ROWS and self.observer is None:
+        if 1 < n <= _SDPA_MIN_ROWS:
             # Draft verification: each row exactly as a one-token decode step at its position
             # would compute it (same shapes, same kernels), so speculative output is
-            # bit-identical to greedy output, not merely equal up to rounding.
+            # bit-identical to greedy output, not merely equal up to rounding. (An observer sees
+            # rejected drafts' attention too: a little noise in H2O's statistic.)
             return torch.cat(
                 [self._attend(q[i : i + 1], kc, vc, start + i, window) for i in range(n)]
             )
