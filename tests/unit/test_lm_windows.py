@@ -64,12 +64,14 @@ def test_boundary_f1_against_sentence_truth() -> None:
 
 
 def test_split_ready_holds_an_unfinished_sentence() -> None:
-    assert split_ready("[1.0s] SPEECH: It runs. The camera gives us\n") == (
-        "[1.0s] SPEECH: It runs.",
-        "The camera gives us\n",
+    text = "[1.0s] SPEECH: It runs.\n[2.0s] SPEECH: The camera gives us\n"
+    assert split_ready(text) == (
+        "[1.0s] SPEECH: It runs.\n",
+        "[2.0s] SPEECH: The camera gives us\n",
     )
-    ready, held = split_ready("a, b c d e f g", max_words=3)
-    assert (ready, held) == ("a,", "b c d e f g")
+    assert split_ready("a, b c d e f g", max_words=3) == ("a, ", "b c d e f g")
+    assert split_ready("a b c d e f g", max_words=3) == ("a b c d e f g", "")
+    assert split_ready("Done. ") == ("Done. ", "")
 
 
 class _Lines(Source):
@@ -105,7 +107,7 @@ def test_the_stage_feeds_whole_sentences_with_semantic_windows_on() -> None:
 
     asyncio.run(asyncio.wait_for(scenario(), 60))
     # The first line waited for its sentence's end; the rest was fed at the end of input.
-    expected = ["[0.0s] SPEECH: the camera gives\n[1.0s] SPEECH: us frames.", "and then\n"]
+    expected = ["[0.0s] SPEECH: the camera gives\n[1.0s] SPEECH: us frames. ", "and then\n"]
     assert fed == [tok.decode(tok.encode(t)) for t in expected]  # the toy vocabulary's view
 
 

@@ -183,19 +183,24 @@ class SemanticWindower:
 
 
 def split_ready(text: str, *, max_words: int = 40) -> tuple[str, str]:
-    """Split buffered context text into (ready, held): `ready` ends at the last sentence end
-    (or, once more than `max_words` words wait, the last clause mark, else everything), `held`
-    is an unfinished sentence that waits for its end. Line breaks count as word separators."""
-    words = text.split(" ")
-    cut = -1
-    for i, w in enumerate(words):
-        if _SENTENCE_END.search(w.rstrip()):
-            cut = i
-    held = words[cut + 1 :]
-    if len(" ".join(held).split()) > max_words:
-        clause = [i for i, w in enumerate(held) if _CLAUSE_END.search(w.rstrip())]
-        cut += 1 + (clause[-1] if clause else len(held) - 1)
-    return " ".join(words[: cut + 1]), " ".join(words[cut + 1 :])
+    """Split buffered context text into (ready, held): `ready` ends after the last sentence end
+    (and the whitespace after it; or, once more than `max_words` words wait, after the last
+    clause mark, else everything), `held` is an unfinished sentence waiting for its end."""
+    tokens = list(re.finditer(r"\S+", text))
+    cut = 0  # characters of `text` that are ready
+    waiting = 0
+    clause = 0
+    for m in tokens:
+        word = m.group()
+        end = m.end() + len(text[m.end() :]) - len(text[m.end() :].lstrip())
+        waiting += 1
+        if _SENTENCE_END.search(word):
+            cut, waiting, clause = end, 0, 0
+        elif _CLAUSE_END.search(word):
+            clause = end
+    if waiting > max_words:
+        cut = clause or len(text)
+    return text[:cut], text[cut:]
 
 
 def words_from_sentences(
