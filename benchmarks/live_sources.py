@@ -3,7 +3,8 @@
 Each source runs the whole pipeline (`--realtime`, default models) on the bundled lecture clip
 served by a real server on 127.0.0.1: HTTP with and without Range, the badly interleaved
 layout (streams stored one after the other) over HTTP without Range, HLS, fragmented MP4,
-MPEG-TS over UDP and RTSP (a sender process pushing to a listening reader). Prints OCR CER,
+MPEG-TS over UDP, RTSP (a sender process pushing to a listening reader) and RTSP pulled from
+a real server (Debian's rtsp-server-perl relay the sender publishes to). Prints OCR CER,
 ASR WER and `asr` latency p50/p95 per source with the acceptance checks (CER and WER within
 1 point of the file run, `asr` p95 within 1.3x of it); the last line is one JSON object.
 About a minute per source; timings move with the load on the machine.
@@ -29,12 +30,22 @@ from streamfuse.app import StreamfuseConfig, build_pipeline, run_job
 from streamfuse.evaluation import evaluate, load_truth
 from streamfuse.sinks import CollectSink
 from streamfuse.sources import SourceConfig
-from streamfuse.testing.live import HttpServer, Pusher, free_port
+from streamfuse.testing.live import HttpServer, Pusher, RtspServer, free_port
 from streamfuse.testing.media import apart, fragmented, hls, spread_s
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CLIP = ROOT / "src" / "streamfuse" / "assets" / "demo" / "lecture.mp4"
-SOURCES = ("file", "http-range", "http-norange", "http-norange-apart", "hls", "fmp4", "udp", "rtsp")
+SOURCES = (
+    "file",
+    "http-range",
+    "http-norange",
+    "http-norange-apart",
+    "hls",
+    "fmp4",
+    "udp",
+    "rtsp",
+    "rtsp-server",
+)
 
 Setup = Callable[[Path], Any]
 
@@ -76,6 +87,15 @@ def _source(kind: str, root: Path, clip: Path) -> Iterator[tuple[str, dict[str, 
         url = f"rtsp://127.0.0.1:{port}/live"
         with Pusher(clip, url, format="rtsp", options={"rtsp_transport": "tcp"}, delay_s=2.0):
             yield url, {"input_options": {"rtsp_flags": "listen", "rtsp_transport": "tcp"}}
+    elif kind == "rtsp-server":
+        # Pulled from a real RTSP server (Debian's rtsp-server-perl relay) the clip is pushed
+        # to: the stream stalls when the sender is done, which ends the run.
+        with RtspServer() as server:
+            push = {"rtsp_transport": "udp"}
+            with Pusher(clip, server.publish_url(), format="rtsp", options=push, delay_s=2.0):
+                server.wait_published()
+                options = {"buffer_size": "8388608"}
+                yield server.url(), {"input_options": options, "reconnect_attempts": 0}
     else:
         raise SystemExit(f"unknown source {kind!r}; choose from {', '.join(SOURCES)}")
 

@@ -3,10 +3,12 @@
 `StreamfuseConfig` is the one validated configuration passed down to every subsystem;
 `build_pipeline` wires one branch per input stream into a single `Pipeline` whose sinks receive
 every stream's events. Library users compose their own graphs with `Pipeline.link` instead.
+`ResumePoint` reads where an interrupted run's events stop, so a new job continues it.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,8 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from streamfuse import telemetry
 from streamfuse.audio import AsrConfig, AsrStage, ScreenTerms
-from streamfuse.errors import SourceError
-from streamfuse.events import EventRecord, StatsPayload
+from streamfuse.audio.vad import CHUNK as VAD_CHUNK
+from streamfuse.errors import ConfigError, SourceError
+from streamfuse.events import EventIds, EventRecord, EventType, StatsPayload
 from streamfuse.frames import ErrorFrame, now_wall
 from streamfuse.fusion import TimelineConfig, TimelineStage
 from streamfuse.lm.stage import LMStage, LMStageConfig
@@ -94,11 +97,11 @@ class Job:
     cpu_start_s: float = field(default_factory=lambda: _cpu_s())
     wall_start_s: float = field(default_factory=now_wall)
 
-    def summary(self) -> dict[str, Any]:
-        """The final `stats` record of the run."""
-        return self.stats_record(final=True)
+    def summary(self, *, interrupted: bool = False) -> dict[str, Any]:
+        """The final `stats` record of the run (`interrupted`: stopped before the end)."""
+        return self.stats_record(final=True, interrupted=interrupted)
 
-    def stats_record(self, *, final: bool) -> dict[str, Any]:
+    def stats_record(self, *, final: bool, interrupted: bool = False) -> dict[str, Any]:
         """A `stats` record of the run so far (`final`: the run's last record)."""
         media = [s.duration_s for s in self.sources if s.duration_s]
         payload = StatsPayload(
@@ -106,6 +109,7 @@ class Job:
             realtime=any(s.pacer.realtime for s in self.sources if isinstance(s, MediaSource)),
             cpu_s=round(_cpu_s() - self.cpu_start_s, 3),
             stages=self.pipeline.snapshot(),
+            interrupted=interrupted,
         )
         record = EventRecord(
             type=payload.type,
@@ -123,6 +127,112 @@ class Job:
         if p.started_wall is not None:
             return (p.finished_wall or now_wall()) - p.started_wall
         return now_wall() - self.wall_start_s
+
+
+#: Types whose records a resumed run re-produces while its speech recognizer warms up.
+_SPEECH_TYPES = frozenset({EventType.ASR, EventType.ASR_PARTIAL})
+
+
+@dataclass
+class ResumePoint:
+    """Where the events of an interrupted run stop, per stream, read from its records.
+
+    A stream's committed speech ends with its last `asr` event (`audio_cut_s`); the speech
+    after it was never committed and is recognized again. The recognizer's state there
+    (audio context, text prompt, VAD state) depends on the speech before, so its audio is
+    replayed from an utterance end about `replay_s` earlier (`audio_from_s`; from the start
+    for a cut within the first `replay_s`), and speech records starting before the cut are
+    not written again (`admit`). The video continues from the last `ocr` reading at or
+    before the replay start (the OCR stage and the slide priming of speech start from the
+    picture then on screen). Records re-produced with an id already in the file are not
+    written twice.
+    """
+
+    #: Every id already in the file.
+    ids: set[str] = field(default_factory=set)
+    #: Per stream id: the end of its committed speech, and where its audio / video resume.
+    audio_cut_s: dict[str, float] = field(default_factory=dict)
+    audio_from_s: dict[str, float] = field(default_factory=dict)
+    video_from_s: dict[str, float] = field(default_factory=dict)
+    #: Streams with any record in the file.
+    streams: set[str] = field(default_factory=set)
+    #: Runs already in the file (their final `stats` records): the next run's number.
+    runs: int = 0
+    #: The file ends with a finished run (a final, uninterrupted `stats` record).
+    complete: bool = False
+
+    @classmethod
+    def from_records(
+        cls, records: Sequence[dict[str, Any]], *, replay_s: float = 30.0
+    ) -> ResumePoint:
+        point = cls()
+        speech: dict[str, list[tuple[float, float]]] = {}
+        ocr_times: dict[str, list[float]] = {}
+        for record in records:
+            kind, stream = record.get("type"), str(record.get("stream_id", ""))
+            if isinstance(record.get("id"), str):
+                point.ids.add(record["id"])
+            if kind == EventType.STATS:
+                if record.get("final"):
+                    point.runs += 1
+                    point.complete = not record.get("interrupted", False)
+                continue
+            point.complete = False
+            point.streams.add(stream)
+            if kind == EventType.ASR:
+                span = (float(record["t_start"]), float(record["t_end"]))
+                speech.setdefault(stream, []).append(span)
+            elif kind == EventType.OCR:
+                ocr_times.setdefault(stream, []).append(float(record["t_start"]))
+        for stream, spans in speech.items():
+            cut = max(end for _, end in spans)
+            point.audio_cut_s[stream] = cut
+            # An utterance end well before the cut (no speech running across it), else 0.
+            ends = [
+                end
+                for start, end in spans
+                if end <= cut - replay_s and not any(s < end < e for s, e in spans)
+            ]
+            point.audio_from_s[stream] = max(ends, default=0.0)
+        for stream, times in ocr_times.items():
+            start = point.audio_from_s.get(stream)
+            before = [t for t in times if start is None or t <= start]
+            point.video_from_s[stream] = max(before) if before else min(times)
+        return point
+
+    def admit(self, record: dict[str, Any]) -> dict[str, Any] | None:
+        """What of `record` (of the resumed run) is still to be written: None if its id is
+        in the file or it is speech before its stream's committed speech ends (re-recognized
+        while the recognizer warmed up: the file's version stands). Speech that straddles the
+        end keeps its words after it, as a record of their own (the interrupted run committed
+        the rest, cut where the input stopped)."""
+        cut = self.audio_cut_s.get(str(record.get("stream_id")))
+        if (
+            cut is None
+            or record.get("type") not in _SPEECH_TYPES
+            or float(record["t_start"]) >= cut - 0.0005
+        ):
+            return None if record.get("id") in self.ids else record
+        words = [w for w in record.get("words", ()) if float(w["t_start"]) >= cut - 0.0005]
+        if record["type"] != EventType.ASR or not words:
+            return None
+        rest = {k: v for k, v in record.items() if k != "id"}
+        rest.update(
+            t_start=words[0]["t_start"],
+            text=" ".join(str(w["word"]).strip() for w in words),
+            words=words,
+        )
+        EventIds().assign(rest)
+        return rest
+
+    def check_streams(self, stream_ids: Sequence[str]) -> None:
+        """Raise `ConfigError` if the file holds streams this job does not have."""
+        unknown = sorted(self.streams - set(stream_ids) - {"*"})
+        if unknown:
+            raise ConfigError(
+                f"the events file holds stream(s) {', '.join(unknown)} that this run does not "
+                f"have ({', '.join(stream_ids)}): resume with the same inputs, in the same order"
+            )
 
 
 def _cpu_s() -> float:
@@ -174,13 +284,16 @@ async def build_pipeline(
     *,
     ocr_pool: ThreadPoolExecutor | None = None,
     n_streams: int | None = None,
+    resume: ResumePoint | None = None,
 ) -> Job:
     """Open every input (raising `SourceError` with a clear message) and wire the graph.
 
     An input is a file path or URL, or a ready `Source`: a `MediaSource` (e.g. bytes pushed
     in, `streamfuse.sources.pipe`) or a `TextSource`, whose `text` events go to the sinks and
     the timeline. `ocr_pool`: OCR workers shared with other jobs (kept open when this one
-    ends); `n_streams`: streams sharing the cores (default: this job's inputs).
+    ends); `n_streams`: streams sharing the cores (default: this job's inputs). `resume`:
+    continue an interrupted run (each media input starts where its events stop; the sinks
+    are told which ids exist, see `ResumePoint`).
     """
     pipeline = Pipeline("streamfuse")
     # Installs the SDK when the config asks for an exporter (idempotent); an application that
@@ -229,18 +342,19 @@ async def build_pipeline(
             stream_id = source.stream_id
         else:
             location = str(item)
-            stream_id = Path(location).stem if len(inputs) == 1 else f"{i}:{Path(location).stem}"
-            source = MediaSource(
-                location,
-                stream_id=stream_id,
-                realtime=config.realtime,
-                audio=config.asr,
-                video=config.ocr,
-                config=config.source,
-            )
+            source = media_source(location, stream_id_of(location, i, len(inputs)), config)
+            stream_id = source.stream_id
         await source.open()
         if not (source.has_video or source.has_audio):
             raise SourceError(f"{location}: nothing to do (no usable audio or video stream)")
+        if resume is not None and stream_id in resume.streams:
+            source.resume_from(
+                video_s=resume.video_from_s.get(stream_id),
+                audio_s=resume.audio_from_s.get(stream_id),
+                # The VAD reads 512-sample blocks: resumed on the first run's block grid, it
+                # sees the same blocks, so speech starts and ends (and word times) agree.
+                audio_align=math.lcm(VAD_CHUNK, source.window_samples) // source.window_samples,
+            )
         sources.append(source)
         branch_ends: list[Stage] = []
         if config.ocr and source.has_video:
@@ -269,7 +383,12 @@ async def build_pipeline(
                 # Slide-aware ASR: the stream's `ocr` events reach its ASR stage by observation.
                 screen = ScreenTerms(stream_id, window_s=asr_config.prime_window_s)
                 pipeline.observe(screen)
-            asr = AsrStage(asr_config, screen_terms=screen, name=f"asr:{stream_id}")
+            asr = AsrStage(
+                asr_config,
+                screen_terms=screen,
+                live=config.realtime or source.live,
+                name=f"asr:{stream_id}",
+            )
             pipeline.link(source, asr, maxsize=config.audio_queue)
             branch_ends.append(asr)
         elif config.asr:
@@ -283,6 +402,8 @@ async def build_pipeline(
                 pipeline.link(end, timeline, maxsize=256)
         if not branch_ends:
             raise SourceError(f"{location}: nothing to do with the selected paths")
+    if resume is not None:
+        resume.check_streams([s.stream_id for s in sources])
     if lm is not None and timeline is not None and timeline in pipeline.stages:
         pipeline.link(timeline, lm, maxsize=256)
         for sink in sinks:
@@ -295,6 +416,25 @@ async def build_pipeline(
         policies=policies,
         signals=signals,
         executors=own_pools,
+    )
+
+
+def stream_id_of(location: str, index: int, n_inputs: int) -> str:
+    """The stream id of input `index` of `n_inputs`: its file name without the extension,
+    numbered when there are several (`0:lecture`, `1:lecture`)."""
+    stem = Path(location).stem
+    return stem if n_inputs == 1 else f"{index}:{stem}"
+
+
+def media_source(location: str, stream_id: str, config: StreamfuseConfig) -> MediaSource:
+    """The (unopened) source of a file or URL input, paced and filtered as `config` says."""
+    return MediaSource(
+        location,
+        stream_id=stream_id,
+        realtime=config.realtime,
+        audio=config.asr,
+        video=config.ocr,
+        config=config.source,
     )
 
 
@@ -314,7 +454,7 @@ async def run_job(job: Job, sinks: list[EventSink]) -> None:
     """Run the job; warnings raised while building are written to the sinks first."""
     for warning in job.warnings:
         for sink in sinks:
-            sink.write(warning.to_record())
+            sink.emit(warning.to_record())
     job.wall_start_s = now_wall()
     job.cpu_start_s = _cpu_s()
     try:

@@ -1,7 +1,9 @@
 """The command line: `run` a stream through the pipeline, `demo` the bundled clip, `eval` a run.
 
 Bad input ends with a one-line `error: ...` on stderr and exit status 2 (nothing started) or 1
-(the input broke part-way: the events produced so far are kept, with an `error` event).
+(the input broke part-way, or the events file could not be written: the events produced so far
+are kept). SIGINT/SIGTERM stop reading input, write the events in flight and the final `stats`
+record, and exit 128 + the signal (a second signal stops at once); `run --resume` continues.
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import sys
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -20,7 +24,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from streamfuse.errors import StreamfuseError
+from streamfuse.errors import SinkError, StreamfuseError
 
 app = typer.Typer(
     add_completion=False,
@@ -67,44 +71,147 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+@dataclass
+class _Stop:
+    """Signals received during a run: the first stops reading input and lets what was read
+    drain to the sinks; a second one stops at once."""
+
+    signals: list[int] = field(default_factory=list)
+    job: Any = None
+    main: asyncio.Task[Any] | None = None
+    task: asyncio.Task[None] | None = None
+    stopping: asyncio.Task[int] | None = None
+    sink_failure: StreamfuseError | None = None
+
+    def on_signal(self, signum: int) -> None:
+        self.signals.append(signum)
+        if len(self.signals) == 1:
+            err.print(
+                f"{signal.Signals(signum).name}: stopping, writing the events in flight "
+                "(again to stop at once)",
+                highlight=False,
+                soft_wrap=True,
+            )
+            if self.job is not None:
+                self.stopping = asyncio.get_running_loop().create_task(
+                    self.job.pipeline.stop_reading()
+                )
+        elif self.task is not None:
+            self.task.cancel()
+        elif self.main is not None:
+            self.main.cancel()  # still building (loading models): nothing to write yet
+
+    def on_sink_failure(self, failure: StreamfuseError) -> None:
+        # Nothing more can be kept: stop reading (what stages hold drains, unwritten).
+        self.sink_failure = failure
+        if self.job is not None and self.stopping is None:
+            self.stopping = asyncio.get_running_loop().create_task(self.job.pipeline.stop_reading())
+
+
 async def _run(
-    inputs: list[str], config: Any, out_path: Path | None, live: bool
+    inputs: list[str],
+    config: Any,
+    out_path: Path | None,
+    live: bool,
+    *,
+    resume: Any = None,
+    stop: _Stop | None = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Run the job; `resume`: the `ResumePoint` of `out_path`, continued (appended to)."""
     from streamfuse import telemetry
     from streamfuse.app import build_pipeline, run_job
+    from streamfuse.events import EventIds
     from streamfuse.sinks import CollectSink, JsonlSink
     from streamfuse.sinks.console import ConsoleView
 
-    collect = CollectSink()
-    sinks: list[Any] = [collect]
-    jsonl = JsonlSink(out_path) if out_path else None
-    if jsonl:
-        sinks.append(jsonl)
-    job = await build_pipeline(inputs, config, sinks)
-    view = ConsoleView({s.stream_id: s.duration_s for s in job.sources})
-    job.pipeline.observe(view)
-    for warning in job.warnings:
-        view.show(warning)
-    task = asyncio.create_task(run_job(job, sinks))
+    point = resume
+    stop = stop or _Stop()
+    stop.main = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.on_signal, signum)
     try:
-        if live:
-            with Live(view.render(job.pipeline), console=out, refresh_per_second=4) as screen:
-                while not task.done():
-                    await asyncio.wait({task}, timeout=0.25)
-                    screen.update(view.render(job.pipeline))
-        await task
-    except (KeyboardInterrupt, asyncio.CancelledError):
-        job.pipeline.request_stop()
-        await asyncio.wait_for(task, 30)
+        collect = CollectSink()
+        sinks: list[Any] = [collect]
+        jsonl = None
+        if out_path:
+            jsonl = JsonlSink(
+                out_path, append=point is not None, admit=point.admit if point else None
+            )
+            jsonl.on_failure = stop.on_sink_failure
+            jsonl.open()  # an unwritable path fails now, before models load
+            sinks.append(jsonl)
+        if point is not None:
+            for sink in sinks:
+                sink.ids = EventIds(run=point.runs)
+        job = await build_pipeline(inputs, config, sinks, resume=point)
+        stop.job = job
+        view = ConsoleView({s.stream_id: s.duration_s for s in job.sources})
+        job.pipeline.observe(view)
+        for warning in job.warnings:
+            view.show(warning)
+        if stop.signals:  # stopped while the models were loading: nothing to run
+            await job.pipeline.stop_reading()
+        task = asyncio.create_task(run_job(job, sinks))
+        stop.task = task
+        try:
+            if live:
+                with Live(view.render(job.pipeline), console=out, refresh_per_second=4) as screen:
+                    while not task.done():
+                        await asyncio.wait({task}, timeout=0.25)
+                        screen.update(view.render(job.pipeline))
+            await task
+        except asyncio.CancelledError:
+            if not stop.signals:
+                raise
+        finally:
+            if stop.stopping is not None:
+                await stop.stopping
+            summary = job.summary(interrupted=bool(stop.signals))
+            if jsonl:
+                jsonl.emit(summary)
+                jsonl.close()
+            telemetry.shutdown()  # flush every exporter (nothing when telemetry is off)
     finally:
-        summary = job.summary()
-        if jsonl:
-            jsonl.write(summary)
-            jsonl.close()
-        telemetry.shutdown()  # flush every exporter (nothing when telemetry is off)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+    if jsonl is not None and jsonl.failure is not None:
+        raise jsonl.failure
     if not live:
         out.print(view.render(job.pipeline))
     return collect.records, summary
+
+
+async def _run_ray(
+    inputs: list[str], config: Any, out_path: Path | None, address: str
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """`run --ray`: the streams on a Ray cluster, their events into this process's sinks."""
+    from streamfuse.scale import RayConfig, run_on_ray
+    from streamfuse.sinks import CollectSink, JsonlSink
+
+    collect = CollectSink()
+    jsonl = JsonlSink(out_path) if out_path else None
+    sinks: list[Any] = [collect] + ([jsonl] if jsonl else [])
+    try:
+        report = await run_on_ray(inputs, config, sinks, RayConfig(address=address))
+    finally:
+        if jsonl:
+            jsonl.close()
+    table = Table(title=f"Ray: {report.nodes} node(s), {report.wall_s:.1f} s")
+    for column in ("stream", "nodes", "restarts", "events", "replayed", "media s", "problem"):
+        table.add_column(column)
+    for run in report.streams:
+        table.add_row(
+            run.stream_id,
+            " -> ".join(n[:8] for n in run.nodes),
+            str(run.restarts),
+            str(run.events),
+            str(run.skipped),
+            f"{run.committed_s:.1f}",
+            run.error or "",
+        )
+    out.print(table)
+    return collect.records, report.summary
 
 
 # The telemetry options of every command that runs a pipeline (`_telemetry_options` reads them).
@@ -135,6 +242,14 @@ def run(
     realtime: Annotated[bool, typer.Option(help="Pace input at wall-clock speed (live).")] = False,
     out_path: Annotated[
         Path | None, typer.Option("--out", "-o", help="Write events as JSON Lines here.")
+    ] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            "--resume",
+            help="Continue an interrupted run of the same inputs and options: read this events "
+            "file, start each input where its committed events stop, append (no event twice).",
+        ),
     ] = None,
     asr_model: Annotated[
         str, typer.Option(help="tiny.en, base, or a path to a CTranslate2 Whisper model.")
@@ -203,6 +318,17 @@ def run(
             "(source.stall_timeout_s, default 5).",
         ),
     ] = None,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Run each input's branch on a Ray cluster: `local` (start one here), `auto` "
+            "(the cluster this machine joined with `ray start`) or the head's HOST:PORT. A "
+            "stream whose node dies restarts on another node (needs `pip install "
+            "streamfuse[scale]`).",
+        ),
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Run media inputs through the pipeline and print / write the live timeline."""
@@ -221,6 +347,8 @@ def run(
         ask=ask,
         telemetry=_telemetry_options(otlp, prometheus_port, trace_ratio),
         source=_source_options(input_option, reconnect_attempts, stall_timeout_s),
+        ray_address=ray_address,
+        resume=resume,
     )
     raise typer.Exit(code)
 
@@ -283,6 +411,21 @@ def _vision_options(
     return vision
 
 
+def _resume_point(path: Path) -> Any:
+    """The `ResumePoint` of an events file (its torn last line, if any, cut off)."""
+    from streamfuse.app import ResumePoint
+    from streamfuse.sinks.jsonl import read_jsonl
+
+    if not path.is_file():
+        raise _fail(f"nothing to resume: events file not found: {path}")
+    try:
+        log = read_jsonl(path)
+        log.cut_torn_tail()
+    except SinkError as e:
+        raise _fail(str(e)) from None
+    return ResumePoint.from_records(log.records)
+
+
 def _run_main(
     inputs: list[str],
     realtime: bool,
@@ -298,6 +441,8 @@ def _run_main(
     ask: str | None = None,
     telemetry: dict[str, Any] | None = None,
     source: dict[str, Any] | None = None,
+    ray_address: str | None = None,
+    resume: Path | None = None,
 ) -> int:
     from pydantic import ValidationError
 
@@ -323,10 +468,46 @@ def _run_main(
     except ValidationError as e:
         raise _fail(f"invalid option: {e.errors()[0]['msg']}") from None
     show_live = out.is_terminal if live is None else live
+    point = None
+    if resume is not None:
+        if out_path is not None and out_path.resolve() != resume.resolve():
+            raise _fail(f"--resume appends to {resume}; --out {out_path} names another file")
+        out_path = resume
+        point = _resume_point(resume)
+        if point.complete:
+            err.print(
+                f"{resume} holds a finished run: nothing to resume", highlight=False, soft_wrap=True
+            )
+            return 0
+    stop = _Stop()
     try:
-        records, _ = asyncio.run(_run(inputs, config, out_path, show_live))
+        if ray_address is not None:
+            if resume is not None:
+                raise _fail("--resume is not supported with --ray")
+            try:
+                import ray  # noqa: F401
+            except ImportError:
+                raise _fail("--ray needs Ray: pip install 'streamfuse[scale]'") from None
+            records, _ = asyncio.run(_run_ray(inputs, config, out_path, ray_address))
+        else:
+            records, _ = asyncio.run(
+                _run(inputs, config, out_path, show_live, resume=point, stop=stop)
+            )
+    except SinkError as e:
+        raise _fail(str(e), code=1 if stop.job is not None else 2) from None
     except StreamfuseError as e:
         raise _fail(str(e)) from None
+    except asyncio.CancelledError:
+        records = []  # a second signal while the models were loading
+    if stop.signals:
+        signum = stop.signals[0]
+        where = f": events written to {out_path}; continue with --resume {out_path}"
+        err.print(
+            f"interrupted ({signal.Signals(signum).name}){where if out_path else ''}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return 128 + signum
     # Only the error records need parsing (a run has hundreds of others).
     parsed = (parse_record(r).payload for r in records if r["type"] == EventType.ERROR)
     errors = [p for p in parsed if isinstance(p, ErrorPayload)]
@@ -422,18 +603,181 @@ def _print_scores(result: dict[str, Any]) -> None:
 
 @app.command("eval")
 def eval_cmd(
-    events: Annotated[Path, typer.Argument(help="Events JSON Lines from `streamfuse run --out`.")],
-    truth: Annotated[Path, typer.Option("--truth", help="Ground truth JSON.")],
+    events: Annotated[
+        Path,
+        typer.Argument(
+            help="Events JSON Lines from `streamfuse run --out`; or a folder of media files, "
+            "each with NAME.truth.json beside it: run and score the whole set."
+        ),
+    ],
+    truth: Annotated[
+        Path | None, typer.Option("--truth", help="Ground truth JSON (for an events file).")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    realtime: Annotated[
+        bool, typer.Option(help="A set's items run at live speed (as deployed).")
+    ] = True,
+    asr_model: Annotated[str, typer.Option(help="A set's ASR model.")] = "tiny.en",
+    split: Annotated[
+        list[str] | None, typer.Option(help="Only the set's items of this split (repeatable).")
+    ] = None,
+    events_dir: Annotated[
+        Path | None, typer.Option("--events-dir", help="Keep each set item's events here.")
+    ] = None,
 ) -> None:
-    """Score a run against ground truth: OCR CER, ASR WER, latency per event type, RTF."""
+    """Score a run against ground truth: OCR CER, ASR WER, latency per event type, RTF; or run
+    and score a whole evaluation set (per-item rows, pooled figures per split)."""
     _setup_logging(False)
+    if events.is_dir():
+        _eval_set(events, realtime, asr_model, split, events_dir, as_json)
+        return
+    if truth is None:
+        raise _fail(f"{events}: scoring an events file needs --truth TRUTH.json")
     result = _score(truth, events)
     if as_json:
         slim = {k: v for k, v in result.items() if k not in ("ocr_slides", "asr_hyp")}
         typer.echo(json.dumps(slim))
     else:
         _print_scores(result)
+
+
+def _eval_set(
+    root: Path,
+    realtime: bool,
+    asr_model: str,
+    splits: list[str] | None,
+    events_dir: Path | None,
+    as_json: bool,
+) -> None:
+    from streamfuse.app import StreamfuseConfig
+    from streamfuse.evalset import EvalItem, evaluate_set, find_items
+
+    try:
+        items = find_items(root)
+    except StreamfuseError as e:
+        raise _fail(str(e)) from None
+    if splits:
+        items = [i for i in items if i.split in splits]
+        if not items:
+            raise _fail(f"{root}: no items of split {', '.join(splits)}")
+    config = StreamfuseConfig(realtime=realtime, asr_config={"model": asr_model})
+
+    def progress(item: EvalItem, row: dict[str, Any]) -> None:
+        err.print(
+            f"{item.split}/{item.name}: CER {_fmt(row['ocr_cer'], pct=True)} "
+            f"WER {_fmt(row['asr_wer'], pct=True)}",
+            highlight=False,
+        )
+
+    result = asyncio.run(evaluate_set(items, config, events_dir=events_dir, progress=progress))
+    if as_json:
+        typer.echo(json.dumps({"items": result.rows, "splits": result.splits}))
+        return
+    rows = Table(title=f"{root}: {len(items)} items", title_justify="left")
+    for column in ("split", "item", "OCR CER", "ASR WER", "word p95 ms", "RTF", "errors"):
+        rows.add_column(column)
+    for row in result.rows:
+        rows.add_row(
+            row["split"],
+            row["name"],
+            _fmt(row["ocr_cer"], pct=True),
+            _fmt(row["asr_wer"], pct=True),
+            _fmt(row.get("word_p95_ms")),
+            _fmt(row["rtf"]),
+            str(len(row["errors"])),
+        )
+    out.print(rows)
+    pooled = Table(title="pooled per split", title_justify="left")
+    for column in ("split", "items", "OCR CER", "ASR WER", "ocr p95 ms", "word p50 / p95 ms"):
+        pooled.add_column(column)
+    for name, agg in result.splits.items():
+        words = (
+            f"{agg['word_ms_p50']:.0f} / {agg['word_ms_p95']:.0f}" if "word_ms_p95" in agg else "-"
+        )
+        pooled.add_row(
+            name,
+            str(agg["items"]),
+            _fmt(agg["ocr_cer"], pct=True),
+            _fmt(agg["asr_wer"], pct=True),
+            _fmt(agg.get("ocr_ms_p95")),
+            words,
+        )
+    out.print(pooled)
+
+
+@app.command()
+def bench(
+    platform: Annotated[
+        bool,
+        typer.Option(
+            "--platform",
+            help="The platform report: mean end-to-end latency, the most concurrent live "
+            "streams within the budget (found by ramping), power and energy, CPU/GPU, versions.",
+        ),
+    ] = False,
+    clip: Annotated[
+        Path | None, typer.Option(help="Clip the streams play (default: the bundled demo clip).")
+    ] = None,
+    clip_s: Annotated[float, typer.Option(help="Seconds of the clip each step plays.")] = 20.0,
+    budget_s: Annotated[
+        float, typer.Option(help="p95 event latency (and end lag) a step must stay within.")
+    ] = 2.0,
+    max_streams: Annotated[int, typer.Option(help="Stop the ramp here.")] = 8,
+    as_json: Annotated[bool, typer.Option("--json", help="End with one JSON line.")] = False,
+) -> None:
+    """Measure what this machine sustains (`--platform`; docs/platform.md)."""
+    from streamfuse.assets import demo_files
+    from streamfuse.platform_report import Step, platform_report
+
+    _setup_logging(False)
+    if not platform:
+        raise _fail("choose what to measure: --platform")
+    if clip_s <= 0 or budget_s <= 0 or max_streams < 1:
+        raise _fail("--clip-s and --budget-s must be positive, --max-streams at least 1")
+
+    def progress(step: Step) -> None:
+        verdict = "within budget" if step.within_budget else "over budget"
+        err.print(
+            f"{step.streams} stream(s): latency mean {step.latency_mean_ms:.0f} ms, "
+            f"p95 {step.latency_p95_ms:.0f} ms, end lag {step.end_lag_s:.1f} s, "
+            f"{step.watts:.0f} W: {verdict}",
+            highlight=False,
+        )
+
+    with demo_files() as files:
+        path = clip or files.clip
+        if not path.is_file():
+            raise _fail(f"clip not found: {path}")
+        try:
+            report = asyncio.run(
+                platform_report(
+                    path,
+                    budget_s=budget_s,
+                    max_streams=max_streams,
+                    clip_s=clip_s,
+                    progress=progress,
+                )
+            )
+        except StreamfuseError as e:
+            raise _fail(str(e)) from None
+    result = report.to_json()
+    table = Table(title=f"platform: {result['machine']['cpu']}", title_justify="left")
+    for column in ("platform", "mean latency", "streams within budget", "power", "energy"):
+        table.add_column(column)
+    machine = result["machine"]
+    table.add_row(
+        f"this machine ({machine['cores']} cores, GPU: {machine['gpu'] or '-'})",
+        f"{result['mean_latency_ms']:.0f} ms (p95 {result['p95_latency_ms']:.0f})",
+        f"{result['max_streams']} (p95 <= {budget_s:g} s)",
+        f"{result['watts_at_max']} W" if result["watts_at_max"] is not None else "-",
+        f"{result['joules_per_stream_minute']} J per stream-minute"
+        if result["joules_per_stream_minute"] is not None
+        else "-",
+    )
+    out.print(table)
+    out.print(f"energy: {result['energy_note']}; models: {', '.join(result['models'])}")
+    if as_json:
+        typer.echo(json.dumps(result))
 
 
 @app.command()

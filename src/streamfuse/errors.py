@@ -39,5 +39,9 @@ class CapacityError(StreamfuseError):
     """A request can never fit the configured resources (e.g. KV-cache slot size)."""
 
 
+class SinkError(StreamfuseError):
+    """Events cannot be written or read back (unwritable path, full disk, damaged file)."""
+
+
 class EvalError(StreamfuseError):
     """Ground truth or an events file is malformed."""

@@ -39,7 +39,7 @@ from streamfuse.events import (
     registered_types,
 )
 from streamfuse.stats import percentiles
-from streamfuse.text import char_errors, collapse_whitespace, normalize_english, wer
+from streamfuse.text import char_errors, collapse_whitespace, normalize_english, word_errors
 
 P = TypeVar("P", bound=Payload)
 
@@ -157,7 +157,8 @@ def asr_wer(truth: Truth, events: Iterable[EventRecord | dict[str, Any]]) -> dic
     hyp = normalize_english(" ".join(p.text for _, p in _of(as_records(events), AsrPayload)))
     if not ref:
         return {"asr_wer": None}
-    return {"asr_wer": wer(ref, hyp, normalize=False), "asr_hyp": hyp}
+    edits, words = word_errors(ref, hyp, normalize=False)
+    return {"asr_wer": edits / words, "asr_hyp": hyp, "asr_edits": edits, "asr_words": words}
 
 
 def _quantiles(values: list[float]) -> dict[str, float]:
@@ -201,11 +202,18 @@ def evaluate(truth: Truth, events: Iterable[EventRecord | dict[str, Any]]) -> di
             delays.append((first[0].wall_s - slide.t_start) * 1000.0)
     if delays:
         result["ocr_change_latency_ms"] = _quantiles(delays)
-    # Per committed word, from its end on the media clock (= wall clock in a realtime run)
-    # to its commit: the figure streaming-ASR papers report (an event may hold several).
-    words = [
-        ((e.wall_s or 0.0) - w.t_end) * 1000.0 for e, p in _of(timed, AsrPayload) for w in p.words
-    ]
+    words = word_commit_delays_ms(timed)
     if words:
         result["asr_word_latency_ms"] = _quantiles(words)
     return result
+
+
+def word_commit_delays_ms(events: Iterable[EventRecord | dict[str, Any]]) -> list[float]:
+    """Per committed word of a realtime run, from its end on the media clock (= the wall clock
+    there) to its commit: the figure streaming-ASR papers report (an event may hold several)."""
+    return [
+        ((e.wall_s or 0.0) - w.t_end) * 1000.0
+        for e, p in _of(as_records(events), AsrPayload)
+        if e.wall_s is not None
+        for w in p.words
+    ]

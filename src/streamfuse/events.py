@@ -1,7 +1,9 @@
 """One event schema: the timeline's event types and a typed payload per type.
 
 An event record (one JSON line, one `EventFrame` rendered by a sink) is an envelope - `type`,
-`stream_id`, `t_start`, `t_end`, `latency_ms`, `wall_s` - plus the fields of its payload. Every
+`stream_id`, `t_start`, `t_end`, `latency_ms`, `wall_s`, `id` - plus the fields of its payload.
+`EventIds` gives each record an `id` derived from where it sits on the timeline (stream, type,
+media start, order), so a rerun of the same input and configuration repeats the same ids. Every
 producer builds its payload class and every consumer parses records with `parse_record`, so a
 field renamed in one place fails in all. User stages add their own event types by subclassing
 `Payload` with a new `type` (`docs/events.md`); `event_json_schema()` is the JSON Schema of
@@ -10,7 +12,9 @@ every registered type, committed as `docs/events.schema.json`.
 
 from __future__ import annotations
 
+import hashlib
 import json
+from collections import Counter
 from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -193,12 +197,17 @@ class StatsPayload(Payload):
     realtime: bool
     cpu_s: float = Field(ge=0.0, description="Process CPU time (user + system).")
     stages: dict[str, StageSnapshot]
+    interrupted: bool = Field(
+        False,
+        description="The run was stopped (a signal) before its inputs ended: `streamfuse run "
+        "--resume` continues it.",
+    )
 
 
 # -- records --------------------------------------------------------------------------------------
 
-#: The envelope fields every record has, in order (`wall_s` only from sinks).
-ENVELOPE = ("type", "stream_id", "t_start", "t_end", "latency_ms", "wall_s")
+#: The envelope fields every record has, in order (`wall_s` and `id` only from sinks).
+ENVELOPE = ("type", "stream_id", "t_start", "t_end", "latency_ms", "wall_s", "id")
 
 
 class EventRecord(BaseModel):
@@ -212,6 +221,7 @@ class EventRecord(BaseModel):
     t_end: float
     latency_ms: float
     wall_s: float | None = None
+    id: str | None = None
     payload: Payload
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -247,6 +257,41 @@ def parse_record(record: dict[str, Any]) -> EventRecord:
         raise EventSchemaError(f"invalid {kind!r} record: {e}") from e
 
 
+class EventIds:
+    """Gives records ids that depend only on their place on the timeline.
+
+    The id hashes the stream, the event type, the media start time (ms) and the record's rank
+    among earlier records of the same stream, type and start time (plus the stage for `error`
+    records, whose order across stages is not fixed, and the run number for `stats` records,
+    which describe a run rather than the media). A rerun that produces the same events repeats
+    the same ids; which runs do is documented in `docs/reliability.md`. One instance per
+    record sequence (each sink has one); `run` is the number of earlier runs in the same file
+    (`--resume`), so each run's `stats` records get new ids.
+    """
+
+    def __init__(self, run: int = 0) -> None:
+        self.run = run
+        self._rank: Counter[tuple[str, str, int, str]] = Counter()
+
+    def assign(self, record: dict[str, Any]) -> str:
+        """Set `record["id"]` (kept if already set) and return it."""
+        existing = record.get("id")
+        if isinstance(existing, str):
+            return existing
+        kind = str(record["type"])
+        detail = ""
+        if kind == EventType.ERROR:
+            detail = str(record.get("stage", ""))
+        elif kind == EventType.STATS:
+            detail = f"run{self.run}"
+        key = (str(record["stream_id"]), kind, round(float(record["t_start"]) * 1000.0), detail)
+        rank = self._rank[key]
+        self._rank[key] += 1
+        text = "\x1f".join(str(part) for part in (*key, rank))
+        record["id"] = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+        return str(record["id"])
+
+
 # -- JSON Schema ----------------------------------------------------------------------------------
 
 
@@ -268,6 +313,12 @@ def event_json_schema(types: Iterable[str] | None = None) -> dict[str, Any]:
         "wall_s": {
             "type": "number",
             "description": "Emission time since the pipeline started streaming, s.",
+        },
+        "id": {
+            "type": "string",
+            "pattern": "^[0-9a-f]{16}$",
+            "description": "Stable id: the same for the same event in a rerun of the same "
+            "input and configuration (set by every sink).",
         },
     }
     variants: list[dict[str, Any]] = []
@@ -308,6 +359,7 @@ __all__ = [
     "AsrWord",
     "ErrorPayload",
     "EventRecord",
+    "EventIds",
     "EventSchemaError",
     "EventType",
     "LmPayload",

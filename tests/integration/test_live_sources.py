@@ -18,7 +18,7 @@ from streamfuse.errors import SourceError
 from streamfuse.frames import AudioFrame, Frame, GapFrame, VideoFrame
 from streamfuse.sources import SourceConfig
 from streamfuse.sources.media import MediaSource
-from streamfuse.testing.live import HttpServer, Pusher, free_port
+from streamfuse.testing.live import HttpServer, Pusher, RtspServer, free_port
 from streamfuse.testing.media import apart, cut, fragmented, hls, interleave
 
 pytestmark = pytest.mark.integration
@@ -182,6 +182,56 @@ def test_rtsp_push_to_a_listening_reader(media: Path) -> None:
         frames = _read(src)  # the sender's TEARDOWN ends the stream
     assert src.live
     _same_media(frames, reference, tol_s=0.25)
+
+
+def test_rtsp_pulled_from_a_real_server(media: Path) -> None:
+    """A camera-like feed: a sender publishes to an RTSP server and we PLAY it from there."""
+    try:
+        server = RtspServer()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    # The whole clip: a reader joining a relay decodes video from the next key frame it gets.
+    clip = media / "short.mp4"
+    reference = _read(MediaSource(clip))
+    # A relay never ends the stream: when the sender is done it stalls, and with no
+    # reconnection the source stops there with an error naming the stall.
+    # RTP over UDP: a large receive buffer keeps a busy machine from dropping video packets.
+    config = SourceConfig(
+        stall_timeout_s=5.0, reconnect_attempts=0, input_options={"buffer_size": "8388608"}
+    )
+    src = MediaSource(server.url(), config=config)
+    frames: list[Frame] = []
+
+    async def pull() -> None:
+        await src.open()
+        try:
+            async for f in src.frames():
+                frames.append(f)
+        finally:
+            await src.close()
+
+    with (
+        server,
+        Pusher(
+            clip,
+            server.publish_url(),
+            format="rtsp",
+            options={"rtsp_transport": "udp"},
+        ),
+    ):
+        server.wait_published()
+        with pytest.raises(SourceError, match="stalled: no data for 5 s"):
+            asyncio.run(pull())
+    assert src.live
+    video, audio = _split(frames)
+    ref_video, ref_audio = _split(reference)
+    # A reader of a relay gets the stream from when it joined (well inside the first second
+    # here) and decodes pictures from the next key frame; then everything to the end.
+    assert audio[0].t_media < 0.6 and len(audio) >= len(ref_audio) - 30
+    assert audio[-1].t_end == pytest.approx(ref_audio[-1].t_end, abs=0.25)
+    assert len(video) >= 0.6 * len(ref_video)
+    assert video[-1].t_media == pytest.approx(ref_video[-1].t_media, abs=0.5)
+    assert all(b.t_media > a.t_media for a, b in zip(video, video[1:], strict=False))
 
 
 def test_udp_feed_killed_for_5s_reconnects_with_a_gap(media: Path) -> None:

@@ -84,6 +84,14 @@ class AsrConfig(BaseModel):
     update_interval_s: float = Field(
         0.5, ge=0.1, le=5.0, description="Re-transcribe the buffer after this much new audio."
     )
+    coalesce_after_s: float = Field(
+        0.5,
+        ge=0.0,
+        le=30.0,
+        description="Live: interim updates are skipped (coalesced into the next) only while "
+        "more than this much audio waits in the queue. Below it every update runs on its "
+        "media-time schedule, so a live run that keeps up commits what an offline run does.",
+    )
     pause_update_s: float = Field(
         0.2,
         ge=0.05,

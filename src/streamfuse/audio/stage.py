@@ -54,10 +54,16 @@ class AsrStage(Stage):
         transcriber: Transcriber | None = None,
         vad: SileroVad | None = None,
         screen_terms: ScreenTerms | None = None,
+        live: bool = True,
         name: str | None = None,
     ) -> None:
         super().__init__(name or "asr", threads=1)
         self.config = config or AsrConfig()
+        #: Live (paced) input: interim updates skipped while more than `coalesce_after_s` of
+        #: audio waits (behind). Offline (as fast as the input decodes) every update runs on
+        #: its media-time schedule: the words a live run that keeps up commits, the same on
+        #: every rerun however busy the machine is.
+        self.live = live
         #: Text read on screen (fed by an observer of `ocr` events): primes recognition.
         self.screen_terms = screen_terms
         self._transcriber = transcriber
@@ -132,9 +138,10 @@ class AsrStage(Stage):
         if self._speech_start is None:
             self._keep_context()  # silence: no inference
             return
-        if self.backlog > 0:
-            return  # behind: coalesce the queued audio into the next inference
         cfg = self.config
+        window_s = len(frame.samples) / AUDIO_SAMPLE_RATE_HZ
+        if self.live and self.backlog * window_s > cfg.coalesce_after_s:
+            return  # behind: coalesce the queued audio into the next inference
         # While a pause is starting, wait for the pause update instead: a regular update
         # running then would delay the one the utterance-end commit reuses.
         due = (

@@ -71,6 +71,15 @@ class FrameQueue:
             self._changed.notify_all()
         return dropped
 
+    async def discard_data(self) -> list[Frame]:
+        """Remove every queued data frame (system frames stay) and wake blocked producers."""
+        async with self._changed:
+            gone = [f for f in self._items if not isinstance(f, SystemFrame)]
+            self._items = deque(f for f in self._items if isinstance(f, SystemFrame))
+            self._data_count = 0
+            self._changed.notify_all()
+        return gone
+
     async def get(self) -> Frame:
         async with self._changed:
             await self._changed.wait_for(lambda: bool(self._items))

@@ -166,6 +166,19 @@ class Pipeline:
         """End the sources now; everything already read drains to the sinks."""
         self._stop.set()
 
+    async def stop_reading(self) -> int:
+        """End the sources now and discard the input they queued that no stage has taken
+        yet (a stop that does not wait for a read-ahead backlog: unprocessed input is not an
+        event yet, and a resumed run reads it again); what stages hold still drains to the
+        sinks. Returns the number of frames discarded."""
+        self._stop.set()
+        discarded = 0
+        for stage in self._stages:
+            inbox = self._inbox[id(stage)]
+            if inbox.producers and all(isinstance(p, Source) for p in inbox.producers):
+                discarded += len(await inbox.queue.discard_data())
+        return discarded
+
     async def run(self) -> None:
         """Run until every source ended and every stage drained. Cancel to abort."""
         self._validate()

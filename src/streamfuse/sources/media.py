@@ -133,11 +133,52 @@ class MediaSource(Source):
         self._n_video = 0
         self._n_windows = 0
         self._n_out = 0
+        # Media times before which frames are decoded but not released (`resume_from`).
+        self._video_from_s = -math.inf
+        self._audio_from_s = -math.inf
+        # Set by `resume_from` (None: not resuming); 0 once the first audio window is out.
+        self._resume_align: int | None = None
+        self._audio_t0 = 0.0  # media time of the first audio sample (this connection)
 
     @property
     def reconnectable(self) -> bool:
         """URLs and devices are reopened when they drop; local files are not."""
         return is_url(self.location) or self._device() is not None
+
+    def resume_from(
+        self, *, video_s: float | None = None, audio_s: float | None = None, audio_align: int = 1
+    ) -> None:
+        """Release video frames from media time `video_s` and audio windows from `audio_s` on
+        (a run continued after an interruption), the first audio window being one whose index
+        is a multiple of `audio_align` (so a consumer that cuts audio into larger blocks, the
+        VAD, sees the same blocks as in the first run). The input is still decoded from its
+        start and the frames before are dropped unpaced, so each keeps the time and index it
+        had in the first run (the audio windows stay on the same grid, which a seek would not
+        give); the skipped part costs decoding only. A live feed cannot be rewound."""
+        if self.live or self.reconnectable and self.duration_s is None:
+            raise SourceError(f"{self.location}: a live input cannot be resumed (no rewinding)")
+        # Records round times to the ms: a frame at 4.5999999 s is the one logged at 4.6 s.
+        if video_s is not None:
+            self._video_from_s = video_s - 0.0006
+        self._resume_align = 0
+        if audio_s is not None:
+            self._audio_from_s = audio_s - 0.0006
+            self._resume_align = audio_align
+
+    def _resumed(self, frame: Frame) -> Frame | None:
+        """`frame` as a resumed run releases it, or None before the resume point."""
+        if isinstance(frame, VideoFrame) and frame.t_media < self._video_from_s:
+            return None
+        if isinstance(frame, AudioFrame) and self._resume_align:
+            if frame.t_media < self._audio_from_s or frame.index % self._resume_align:
+                return None
+            self._resume_align = 0  # every window from here on
+            # A consumer counting samples from its first window (the recognizer) then has
+            # the clock it had in the first run: the sample clock, not the drift-corrected
+            # time of this window (they part by ~1 ms, which moved every word time).
+            nominal = self._audio_t0 + frame.index * self.window_samples / AUDIO_SAMPLE_RATE_HZ
+            return dataclasses.replace(frame, t_media=nominal)
+        return frame
 
     # -- opening ----------------------------------------------------------------------------
     async def open(self) -> None:
@@ -269,6 +310,11 @@ class MediaSource(Source):
                         if frame.t_media < self._audio_end_s - 0.005:
                             continue
                         self._audio_end_s = frame.t_end
+                    if self._resume_align is not None:
+                        resumed = self._resumed(frame)
+                        if resumed is None:
+                            continue
+                        frame = resumed
                     if self._pending_gap is not None:
                         yield self._gap(frame.t_media)
                     elif self.live and self._n_out and frame.t_media - self._media_end_s > _HOLE_S:
@@ -326,7 +372,7 @@ class MediaSource(Source):
         while True:
             while not done and not self._releasable(heap, latest, expected):
                 try:
-                    frame = await asyncio.to_thread(next, gen, None)
+                    frame = await _next_in_thread(gen)
                 except Exception as e:
                     failure, frame = e, None
                 if frame is None:
@@ -458,6 +504,7 @@ class MediaSource(Source):
         audio_t0: float | None = None
         n_samples = 0
         n_video = 0
+        decoded_video_t = -math.inf
         mapped = False
         try:
             for packet in self._packets(c, streams):
@@ -471,6 +518,7 @@ class MediaSource(Source):
                             if decoded.time is not None
                             else self._last_video_t + 1.0 / fps
                         )
+                        decoded_video_t = max(decoded_video_t, t)
                         yield VideoFrame(
                             stream_id=self.stream_id,
                             t_media=max(0.0, t),
@@ -483,6 +531,7 @@ class MediaSource(Source):
                     elif isinstance(decoded, av.AudioFrame):
                         if audio_t0 is None:
                             audio_t0 = max(0.0, self._media_t(decoded.time or self._origin_s))
+                            self._audio_t0 = audio_t0
                         if decoded.time is not None:
                             # One reading of both clocks: samples delivered so far vs the pts.
                             queued = len(carry) / AUDIO_SAMPLE_RATE_HZ
@@ -503,7 +552,13 @@ class MediaSource(Source):
                 raise _Dropped(f"connection lost: {_reason(e)}") from e
             where = f"after {n_video} video frames and {audio_s:.2f} s of audio"
             raise MediaDecodeError(f"{self.location}: decoding failed {where}: {_reason(e)}") from e
-        last_t = max(self._last_video_t, (audio_t0 or 0.0) + n_samples / AUDIO_SAMPLE_RATE_HZ)
+        # The decoded end, not what has left `frames` yet: up to `lookahead_s` of frames may
+        # still wait there (a file whose sound ends early looked truncated).
+        last_t = max(
+            self._last_video_t,
+            decoded_video_t,
+            (audio_t0 or 0.0) + n_samples / AUDIO_SAMPLE_RATE_HZ,
+        )
         if self.duration_s and last_t < self.duration_s - 1.0:
             if self.reconnectable:
                 raise _Dropped(f"ended early at {last_t:.1f} s of {self.duration_s:.1f} s")
@@ -609,6 +664,19 @@ class MediaSource(Source):
             self._container = None
 
 
+async def _next_in_thread(gen: Generator[Frame, None, None]) -> Frame | None:
+    """`next(gen)` in a worker thread. Cancelled meanwhile, it still waits for that read to
+    return before the cancellation goes on: closing the generator (or the container) while
+    the thread is inside it failed with "generator already executing", which replaced the
+    cancellation with an error event and left the source running."""
+    read = asyncio.ensure_future(asyncio.to_thread(next, gen, None))
+    try:
+        return await asyncio.shield(read)
+    except asyncio.CancelledError:
+        await asyncio.wait({read})
+        raise
+
+
 def _stream_end_s(stream: Any) -> float | None:
     """Container time of a stream's last packet when the container says (files), else None."""
     if not stream.duration or stream.time_base is None:
@@ -632,10 +700,22 @@ class MonoResampler:
 
     def __init__(self) -> None:
         self._resampler = av.AudioResampler(format="fltp", rate=AUDIO_SAMPLE_RATE_HZ)
+        self._input: tuple[str, str, int] | None = None
 
     def __call__(self, frame: av.AudioFrame | None) -> np.ndarray:
         """The samples `frame` completes (None: flush the resampler's tail)."""
-        planes = [out.to_ndarray() for out in self._resampler.resample(frame)]
+        outs = []
+        if frame is not None:
+            shape = (frame.format.name, frame.layout.name, frame.sample_rate)
+            if self._input is not None and shape != self._input:
+                # The input changed sample rate, layout or format mid-stream (a feed that
+                # switched settings): PyAV's resampler is fixed to its first frame's, so the
+                # old one's tail is flushed and a new one takes over.
+                outs += self._resampler.resample(None)
+                self._resampler = av.AudioResampler(format="fltp", rate=AUDIO_SAMPLE_RATE_HZ)
+            self._input = shape
+        outs += self._resampler.resample(frame)
+        planes = [out.to_ndarray() for out in outs]
         if not planes:
             return np.zeros(0, dtype=np.float32)
         return np.concatenate([p.mean(axis=0) for p in planes]).astype(np.float32, copy=False)

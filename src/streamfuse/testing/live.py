@@ -1,6 +1,7 @@
 """Real servers on loopback for testing live inputs: a static HTTP server with or without Range
-support (`HttpServer`) and a feed pusher in its own process that sends a clip at wall-clock
-speed to a UDP, RTP or RTSP URL (`Pusher`; killing it is a dropped feed).
+support (`HttpServer`), an RTSP server readers pull from (`RtspServer`, Debian's relay), and a
+feed pusher in its own process that sends a clip at wall-clock speed to a UDP, RTP or RTSP URL
+(`Pusher`; killing it is a dropped feed).
 
 Run a pusher by hand: ``python -m streamfuse.testing.live CLIP URL --format mpegts``.
 """
@@ -141,6 +142,78 @@ class HttpServer:
     ) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class RtspServer:
+    """Debian's `rtsp-server-perl` (a relay: a sender ANNOUNCEs and RECORDs a stream at
+    `publish_url`, readers PLAY it at `url`) on loopback ports, in its own process. RTP goes
+    over UDP (the relay speaks no interleaved TCP). Raises `FileNotFoundError` when the program
+    is not installed (`apt-get install rtsp-server-perl`)."""
+
+    PROGRAM = "rtsp-server-perl"
+
+    def __init__(self) -> None:
+        import shutil
+
+        program = shutil.which(self.PROGRAM)
+        if program is None:
+            raise FileNotFoundError(
+                f"{self.PROGRAM} not installed (apt-get install {self.PROGRAM})"
+            )
+        self.client_port, self.source_port = free_port(), free_port()
+        rtp = free_port(socket.SOCK_DGRAM)
+        cmd = [program, "--clientport", str(self.client_port), "--serverport"]
+        cmd += [str(self.source_port), "--client_listen_address", "127.0.0.1"]
+        cmd += ["--source_listen_address", "127.0.0.1", "--rtp_start_port", str(rtp)]
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+        )
+        deadline = time.monotonic() + 10.0
+        while not _accepts(self.source_port) or not _accepts(self.client_port):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError(f"{self.PROGRAM} did not start (exit {self.proc.returncode})")
+            time.sleep(0.05)
+
+    def publish_url(self, path: str = "live") -> str:
+        """Where a sender pushes (`Pusher(..., format="rtsp", options={"rtsp_transport":
+        "udp"})`)."""
+        return f"rtsp://127.0.0.1:{self.source_port}/{path}"
+
+    def url(self, path: str = "live") -> str:
+        """Where a reader plays the stream."""
+        return f"rtsp://127.0.0.1:{self.client_port}/{path}"
+
+    def wait_published(self, path: str = "live", timeout_s: float = 20.0) -> None:
+        """Until a sender has announced `path` (a reader's DESCRIBE gets 200, not 404)."""
+        deadline = time.monotonic() + timeout_s
+        request = f"DESCRIBE {self.url(path)} RTSP/1.0\r\nCSeq: 1\r\n\r\n".encode()
+        while time.monotonic() < deadline:
+            with socket.create_connection(("127.0.0.1", self.client_port), timeout=2.0) as conn:
+                conn.sendall(request)
+                if b" 200 " in conn.recv(4096).split(b"\r\n", 1)[0]:
+                    return
+            time.sleep(0.1)
+        raise TimeoutError(f"nothing published at {self.url(path)} within {timeout_s} s")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def __enter__(self) -> RtspServer:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def _accepts(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 class Pusher:

@@ -1,8 +1,9 @@
 """Character and word error rates, the one implementation every scorer uses.
 
 CER is Levenshtein edits over the reference's length after whitespace collapse (or removal);
-WER is jiwer's word error rate after English normalization. Arguments are always
-(reference, hypothesis); an empty reference scores 0 against an empty hypothesis, else 1.
+WER is word-level Levenshtein edits over the reference's words after English normalization.
+Arguments are always (reference, hypothesis); an empty reference scores 0 against an empty
+hypothesis, else 1.
 """
 
 from __future__ import annotations
@@ -33,18 +34,23 @@ def cer(reference: str, hypothesis: str, *, ignore_whitespace: bool = False) -> 
     return edits / n_chars
 
 
-def wer(reference: str, hypothesis: str, *, normalize: bool = True) -> float:
-    """Word error rate of `hypothesis` against `reference`, both English-normalized first
-    unless `normalize` is False (texts already normalized); 1.0 for an empty hypothesis."""
-    import jiwer
-
+def word_errors(reference: str, hypothesis: str, *, normalize: bool = True) -> tuple[int, int]:
+    """(word edits, reference words), both texts English-normalized first unless `normalize`
+    is False (already normalized): the two counts a corpus WER sums over many pairs."""
     ref = normalize_english(reference) if normalize else collapse_whitespace(reference)
     hyp = normalize_english(hypothesis) if normalize else collapse_whitespace(hypothesis)
-    if not ref:
-        return 0.0 if not hyp else 1.0
-    if not hyp:
-        return 1.0
-    return float(jiwer.wer(ref, hyp))
+    ref_words, hyp_words = ref.split(), hyp.split()
+    return Levenshtein.distance(ref_words, hyp_words), len(ref_words)
 
 
-__all__ = ["cer", "char_errors", "wer"]
+def wer(reference: str, hypothesis: str, *, normalize: bool = True) -> float:
+    """Word error rate of `hypothesis` against `reference` (substitutions, deletions and
+    insertions over reference words), English-normalized first unless `normalize` is False;
+    1.0 for an empty hypothesis, and against an empty reference 0 or 1."""
+    edits, n_words = word_errors(reference, hypothesis, normalize=normalize)
+    if n_words == 0:
+        return 0.0 if edits == 0 else 1.0
+    return edits / n_words
+
+
+__all__ = ["cer", "char_errors", "wer", "word_errors"]

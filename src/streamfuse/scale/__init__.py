@@ -1,0 +1,5 @@
+"""Scale-out: stream branches placed on the nodes of a Ray cluster (`run_on_ray`)."""
+
+from streamfuse.scale.ray import Ledger, RayConfig, RayReport, StreamRun, event_key, run_on_ray
+
+__all__ = ["Ledger", "RayConfig", "RayReport", "StreamRun", "event_key", "run_on_ray"]
