@@ -1,6 +1,7 @@
 """Language-model runtime: Gemma 3 in torch over a KV slot pool; a scheduler (continuous
 batching, chunked prefill, sink+window truncation), a session cache (versions, LRU eviction,
-rollback), prompt-lookup speculative decoding, incremental detokenization, and the answer stage.
+rollback), prompt-lookup speculative decoding, token importance and hierarchical dropping
+(lm/dropping.py), incremental detokenization, and the answer stage.
 Entry points: `load_model`, `LMEngine`, `LMConfig`.
 """
 

@@ -12,7 +12,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 WeightFormat = Literal["int8", "fp32"]
-LongInputPolicy = Literal["sink_window", "reject"]
+LongInputPolicy = Literal["sink_window", "heavy_hitter", "reject"]
+DropMethod = Literal["ours", "fastv", "random", "recency", "sinks"]
 
 
 class _Frozen(BaseModel):
@@ -52,8 +53,10 @@ class TruncationConfig(_Frozen):
     """What to do when a slot is full (F9).
 
     'sink_window' keeps the first `sink_tokens` and the most recent `window_tokens` of the slot
-    (StreamingLLM) and re-rotates the kept keys so positions stay inside the slot; 'reject'
-    refuses any request that would not fit the slot.
+    (StreamingLLM) and re-rotates the kept keys so positions stay inside the slot;
+    'heavy_hitter' (H2O) keeps as many, but `heavy_fraction` of the window is the positions that
+    received the most attention so far (accumulated during every forward) instead of the oldest
+    of the recent ones; 'reject' refuses any request that would not fit the slot.
     """
 
     policy: LongInputPolicy = "sink_window"
@@ -64,6 +67,31 @@ class TruncationConfig(_Frozen):
         description="Recent tokens kept after a truncation; default 3/4 of the slot so that "
         "truncation (a memmove of the window) happens once per slot/4 tokens, not every token.",
     )
+    heavy_fraction: float = Field(
+        default=0.5,
+        ge=0.0,
+        le=1.0,
+        description="'heavy_hitter': share of the kept window chosen by accumulated attention.",
+    )
+
+
+class DroppingConfig(_Frozen):
+    """Hierarchical token dropping during prefill (F18), for requests that ask for it
+    (`Request.keep_ratio`): rows leave after `layers` (-1: before the first) at drop rates
+    decaying from `rate_first` to `rate_last`, scaled so the last point keeps the ratio."""
+
+    method: DropMethod = "ours"
+    layers: tuple[int, ...] = Field(
+        default=(-1, 1, 2, 3), min_length=1, description="Drop points, ascending (-1: input)."
+    )
+    rate_first: float = Field(default=0.4, gt=0.0, lt=1.0)
+    rate_last: float = Field(default=0.1, gt=0.0, lt=1.0)
+
+    @model_validator(mode="after")
+    def _ascending(self) -> DroppingConfig:
+        if list(self.layers) != sorted(set(self.layers)) or self.layers[0] < -1:
+            raise ValueError(f"layers must be ascending, distinct and >= -1, got {self.layers}")
+        return self
 
 
 class SchedulerConfig(_Frozen):
@@ -104,11 +132,12 @@ class LMConfig(_Frozen):
     truncation: TruncationConfig = TruncationConfig()
     scheduler: SchedulerConfig = SchedulerConfig()
     speculative: SpeculativeConfig = SpeculativeConfig()
+    dropping: DroppingConfig = DroppingConfig()
 
     @model_validator(mode="after")
     def _fits(self) -> LMConfig:
         room = self.pool.max_tokens - self.truncation.sink_tokens
-        if self.truncation.policy == "sink_window":
+        if self.truncation.policy in ("sink_window", "heavy_hitter"):
             win = self.window_tokens
             if win < 8 or win > room - 1:
                 raise ValueError(

@@ -21,6 +21,7 @@ import torch
 
 from streamfuse.errors import ConfigError
 from streamfuse.lm.config import LMConfig
+from streamfuse.lm.dropping import AttentionAccumulator, method_plan
 from streamfuse.lm.gemma import GemmaModel, Segment
 from streamfuse.lm.request import (
     EngineStats,
@@ -56,7 +57,12 @@ class LMEngine:
         self.pool = model.kv_pool(num_slots=pc.num_slots, max_tokens=pc.max_tokens)
         self.stats = EngineStats()
         self.sessions = SessionCache(self.pool, self.stats)
-        self.scheduler = Scheduler(self.config, self.pool, self.sessions, model, self.stats)
+        self.attention: AttentionAccumulator | None = None
+        if self.config.truncation.policy == "heavy_hitter":
+            self.attention = AttentionAccumulator(pc.num_slots, pc.max_tokens)
+        self.scheduler = Scheduler(
+            self.config, self.pool, self.sessions, model, self.stats, self.attention
+        )
         self.default_stop_ids: tuple[int, ...] = tuple(c.eos_token_ids)
         self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
@@ -74,6 +80,17 @@ class LMEngine:
         """Queue a request (thread-safe). Raises `CapacityError` if it can never fit."""
         if request.max_new_tokens < 0:
             raise ConfigError(f"max_new_tokens must be >= 0, got {request.max_new_tokens}")
+        if request.keep_ratio is not None:
+            if not 0.0 < request.keep_ratio <= 1.0:
+                raise ConfigError(f"keep_ratio must be in (0, 1], got {request.keep_ratio}")
+            if request.session is not None and not request.keep_output:
+                # Rolling back would need the dropped prefix: drop in feeds or one-shot prompts.
+                raise ConfigError("keep_ratio on a session request needs keep_output=True")
+            if not 1 <= request.query_tokens <= len(request.prompt_ids):
+                raise ConfigError(
+                    f"query_tokens={request.query_tokens} must be in [1, "
+                    f"{len(request.prompt_ids)}] (the prompt's trailing question)"
+                )
         vocab = self.model.config.vocab_size
         bad = [t for t in request.prompt_ids if not 0 <= t < vocab]
         if bad:
@@ -90,14 +107,25 @@ class LMEngine:
             self._wake.notify_all()
         return handle
 
-    def feed(self, session: str, prompt_ids: Seq[int], version: int = 0) -> RequestHandle:
-        """Append input to a session's context (prefill only, nothing generated)."""
+    def feed(
+        self,
+        session: str,
+        prompt_ids: Seq[int],
+        version: int = 0,
+        *,
+        keep_ratio: float | None = None,
+        query_tokens: int = 1,
+    ) -> RequestHandle:
+        """Append input to a session's context (prefill only, nothing generated); with
+        `keep_ratio`, only the tokens token dropping keeps (ranked by the last `query_tokens`)."""
         req = Request(
             prompt_ids=tuple(prompt_ids),
             max_new_tokens=0,
             session=session,
             version=version,
             keep_output=True,
+            keep_ratio=keep_ratio,
+            query_tokens=min(query_tokens, len(prompt_ids)) if keep_ratio else 1,
         )
         return self.submit(req)
 
@@ -210,6 +238,9 @@ class LMEngine:
                 work = self.scheduler.schedule()
                 if not work:
                     return 0
+                dropped = [w for w in work if w.kind == "prefill" and w.seq.req.keep_ratio]
+                if dropped:  # a dropping prefill runs alone (one segment per drop plan)
+                    return self._step_dropped(dropped[0])
                 ids: list[int] = []
                 segments: list[Segment] = []
                 out_rows: list[int] = []
@@ -222,6 +253,7 @@ class LMEngine:
                     segments.append(Segment(w.seq.slot.index, start, len(w.tokens)))
                     ids.extend(w.tokens)
             t0 = time.perf_counter()
+            self.model.observer = self.attention
             try:
                 next_ids = self.model.forward(
                     torch.tensor(ids, dtype=torch.long),
@@ -241,6 +273,8 @@ class LMEngine:
                             self.scheduler.remove(w.seq)
                             self._finish(w.seq, "error")
                 return len(ids)
+            finally:
+                self.model.observer = None
             dt = time.perf_counter() - t0
             with self._lock:
                 self.stats.steps += 1
@@ -248,6 +282,62 @@ class LMEngine:
                 self.stats.forward_s += dt
                 self._commit(work, preds)
             return len(ids)
+
+    def _step_dropped(self, w: Work) -> int:
+        """One sequence's whole prompt through a dropping forward (F18); the slot then holds
+        the kept rows only, at consecutive positions, and decoding continues from there."""
+        seq, req, dc = w.seq, w.seq.req, self.config.dropping
+        assert seq.slot is not None and req.keep_ratio is not None
+        start, n = len(seq.ids), len(w.tokens)
+        info = req.drop_info
+        if info is not None and int(info.groups.numel()) != n:
+            info = None  # describes the request's prompt, not what is pending (session unfed)
+        plan = method_plan(
+            dc.method,
+            n,
+            req.keep_ratio,
+            query_rows=min(req.query_tokens, n),
+            info=info,
+            seed=w.seq.handle.id,
+            # Drop points past the model's depth would never run: the last one left keeps the ratio.
+            layers=[li for li in dc.layers if li < self.model.config.num_layers],
+            rates=(dc.rate_first, dc.rate_last),
+        )
+        t0 = time.perf_counter()
+        try:
+            pred = self.model.forward(
+                torch.tensor(w.tokens, dtype=torch.long),
+                [Segment(seq.slot.index, start, n)],
+                self.pool,
+                greedy=True,
+                drop=plan,
+            )
+        except Exception as e:
+            log.exception("LM forward (token dropping) failed")
+            with self._lock:
+                if not seq.cancelled:
+                    seq.handle.error = e
+                    self.scheduler.remove(seq)
+                    self._finish(seq, "error")
+            return n
+        dt = time.perf_counter() - t0
+        with self._lock:
+            self.stats.steps += 1
+            self.stats.forward_rows += n
+            self.stats.forward_s += dt
+            if seq.cancelled or not self.pool.is_live(seq.slot):
+                return n
+            kept = plan.kept
+            self.stats.dropped_tokens += n - len(kept)
+            self.stats.prefill_tokens += n - len(kept)
+            if self.attention is not None:
+                self.attention.clear_from(seq.slot.index, start)
+            # The kept rows are now cache entries start..; the dropped ones never were. The
+            # commit takes len(kept) tokens off `pending`: take the others off first.
+            del seq.pending[: n - len(kept)]
+            work = Work(seq, [w.tokens[i] for i in kept], "prefill", [], w.wants_logits)
+            self._commit([work], pred.tolist() if w.wants_logits else [])
+        return n
 
     # -- results ------------------------------------------------------------------------------
     def _commit(self, work: list[Work], preds: list[int]) -> None:

@@ -4,7 +4,10 @@ One `forward` runs a flat batch: the new tokens of several sequences concatenate
 (rows, hidden) matrix (decode rows, speculative drafts and prefill chunks mixed), described by
 `Segment`s (slot, start, length). Linear layers see every row at once; attention runs per
 segment against that segment's slot. Positions are slot indices: a sink+window truncation
-re-rotates the kept keys (`compact`), so positions never exceed the slot size.
+re-rotates the kept keys (`compact`, `compact_positions`), so positions never exceed the slot
+size. A `DropPlan` (lm/dropping.py) makes one segment's rows leave the forward after early
+layers (F18); the survivors continue at compact positions and the earlier layers' cache rows
+are moved and re-rotated to match, so the slot ends up as if only the kept tokens had run.
 
 Architecture (Gemma 3): RMSNorm with a (1 + w) multiplier (stored folded), q/k RMSNorm, GQA,
 sliding-window layers (local RoPE base) and full layers (global RoPE base), GeGLU (tanh GELU),
@@ -16,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +27,9 @@ from torch import Tensor
 
 from streamfuse.lm.kv_pool import KVPool
 from streamfuse.lm.quant import DenseLinear, Int8Linear, Linear
+
+if TYPE_CHECKING:
+    from streamfuse.lm.dropping import AttentionObserver, DropPlan
 
 SLIDING = "sliding_attention"
 _SDPA_MIN_ROWS = 32
@@ -171,6 +177,11 @@ class GemmaModel:
             for lw in weights.layers
         ]
         self._kernels: Any = None
+        #: Sees every explicit attention's probability mass per key (H2O accumulation, F17);
+        #: while set, prompt chunks take the explicit path too (SDPA hides the weights).
+        self.observer: AttentionObserver | None = None
+        self._observing = 0  # slot whose attention runs now
+        self._last_q: Tensor | None = None  # queries of the layer that ran last (dropping)
         # Per layer (qkv, o, gate_up, down) when every linear is int8: what the kernels run.
         self._int8: list[tuple[Int8Linear, Int8Linear, Int8Linear, Int8Linear]] = []
         for lw in weights.layers:
@@ -228,8 +239,15 @@ class GemmaModel:
         out_rows: Tensor | None = None,
         return_hidden: bool = False,
         greedy: bool = False,
+        drop: DropPlan | None = None,
     ) -> Tensor:
         """Run `ids` (1-D, concatenated segments) and return logits of `out_rows` (all if None).
+
+        `drop`: hierarchical token dropping (F18) for a single segment: after each of
+        `drop.layers` the rows it does not keep leave the forward (later layers compute only
+        the kept rows, at compact positions), and at the end every layer's cache holds exactly
+        the kept rows at slot positions start .. start+kept-1 (`DropPlan.kept`). `out_rows`
+        then index the kept rows.
 
         `greedy`: return each row's most likely next token id instead of its logits (cheaper:
         the int8 head skips a pass over the vocabulary; softcapping is monotonic).
@@ -262,11 +280,25 @@ class GemmaModel:
         q_width, kv_width = H * D, KV * D
 
         x = self.embed(ids)
+        if drop is not None:
+            if len(segments) != 1:
+                raise ValueError("token dropping runs on one segment at a time")
+            drop.begin(rows)
+            # Layouts[li]: which of the segment's rows sit at start.. in layer li's cache.
+            layouts: list[Tensor] = []
+            if -1 in drop.layers:
+                x, segments, pos, slot_idx, rope = self._drop_rows(-1, x, drop, pool, s0)
         for li, lw in enumerate(self.weights.layers):
             kind = c.layer_types[li]
             cos, sin = rope[kind]
+            if drop is not None:
+                layouts.append(drop.layout)
             if self._kernels is not None:
                 x = self._fused_layer(li, lw, x, cos, sin, segments, pool, slot_idx, pos)
+                if drop is not None and li in drop.layers:
+                    x, segments, pos, slot_idx, rope = self._drop_rows(
+                        li, x, drop, pool, segments[0]
+                    )
                 continue
             h = self._norm(x, lw.attn_norm)
             qkv = lw.qkv(h)
@@ -286,8 +318,15 @@ class GemmaModel:
             h = self._norm(x, lw.pre_ffn_norm)
             gate, up = lw.gate_up(h).chunk(2, dim=-1)
             x = x + self._norm(lw.down(F.gelu(gate, approximate="tanh").mul_(up)), lw.post_ffn_norm)
+            if drop is not None and li in drop.layers:
+                self._last_q = q
+                x, segments, pos, slot_idx, rope = self._drop_rows(li, x, drop, pool, segments[0])
 
+        if drop is not None:
+            self._settle_layouts(pool, segments[0], layouts, drop.layout)
         x = self._norm(x, self.weights.final_norm)
+        if drop is not None and out_rows is None:
+            out_rows = torch.tensor([x.shape[0] - 1])  # the end of the (always kept) query
         if out_rows is not None:
             x = x.index_select(0, out_rows)
         if return_hidden:
@@ -310,10 +349,12 @@ class GemmaModel:
         window = c.sliding_window if c.layer_types[li] == SLIDING else None
         if len(segments) == 1:
             s0 = segments[0]
+            self._observing = s0.slot
             return self._attend(q, pool.k[li][s0.slot], pool.v[li][s0.slot], s0.start, window)
         attn = torch.empty(q.shape[0], c.num_heads * c.head_dim)
         r0 = 0
         for s in segments:
+            self._observing = s.slot
             attn[r0 : r0 + s.length] = self._attend(
                 q[r0 : r0 + s.length], pool.k[li][s.slot], pool.v[li][s.slot], s.start, window
             )
@@ -345,6 +386,7 @@ class GemmaModel:
             acc, amax, qkv._out_scale, self._qk_norm[li], cos, sin, H, KV, D, eps
         )
         kern.write_kv(pool.k[li], pool.v[li], qk[:, H:], v, slot_idx, pos)
+        self._last_q = qk[:, :H]  # what token dropping scores with (a view, no copy)
         attn = self._attention(li, qk[:, :H], segments, pool)
         aq, amax = kern.quantize_rows(attn)
         x = kern.add_rms_norm_acc(
@@ -367,7 +409,7 @@ class GemmaModel:
         keys = kc[:, lo:end]  # (kv, L, d) view of the pool, no copy
         vals = vc[:, lo:end]
         kvh, g = c.num_kv_heads, c.num_heads // c.num_kv_heads
-        if n > _SDPA_MIN_ROWS and c.attn_logit_softcapping is None:
+        if n > _SDPA_MIN_ROWS and c.attn_logit_softcapping is None and self.observer is None:
             # Prompt chunks: torch's fused kernel (no materialized scores). Decode and draft
             # verification (few rows) keep the explicit path below, so their numerics match.
             qpos = torch.arange(start, end)[:, None]
@@ -387,7 +429,8 @@ class GemmaModel:
         if 1 < n <= _SDPA_MIN_ROWS:
             # Draft verification: each row exactly as a one-token decode step at its position
             # would compute it (same shapes, same kernels), so speculative output is
-            # bit-identical to greedy output, not merely equal up to rounding.
+            # bit-identical to greedy output, not merely equal up to rounding. (An observer sees
+            # rejected drafts' attention too: a little noise in H2O's statistic.)
             return torch.cat(
                 [self._attend(q[i : i + 1], kc, vc, start + i, window) for i in range(n)]
             )
@@ -412,12 +455,69 @@ class GemmaModel:
                 .view(kvh, g * n, -1)
             )
         probs = torch.softmax(scores, dim=-1)
+        if self.observer is not None:
+            self.observer.observe(self._observing, probs.sum(dim=(0, 1)), lo)
         out = torch.matmul(probs, vals)  # (kv, g*n, d)
         if n == 1:
             return out.reshape(1, c.num_heads * c.head_dim)
         return (
             out.view(kvh, g, n, c.head_dim).permute(2, 0, 1, 3).reshape(n, c.num_heads * c.head_dim)
         )
+
+    # -- token dropping (F18) ------------------------------------------------------------------
+    def _drop_rows(
+        self, li: int, x: Tensor, drop: DropPlan, pool: KVPool, seg: Segment
+    ) -> tuple[Tensor, list[Segment], Tensor, Tensor, dict[str, tuple[Tensor, Tensor]]]:
+        """Keep the rows `drop` selects after layer `li` (-1: before the first); the kept rows
+        continue at compact positions start .. start+kept-1."""
+        q = self._last_q if li >= 0 else None
+        keys = pool.k[li][seg.slot][:, : seg.start + seg.length] if li >= 0 else None
+        keep = drop.select(li, q, keys, seg.start)
+        x = x.index_select(0, keep)
+        m = int(keep.numel())
+        pos = torch.arange(seg.start, seg.start + m)
+        slot_idx = torch.full((m,), seg.slot, dtype=torch.long)
+        rope = {
+            kind: (cos.index_select(0, pos), sin.index_select(0, pos))
+            for kind, (cos, sin) in self._rope.items()
+        }
+        return x, [Segment(seg.slot, seg.start, m)], pos, slot_idx, rope
+
+    def _settle_layouts(
+        self, pool: KVPool, seg: Segment, layouts: Sequence[Tensor], final: Tensor
+    ) -> None:
+        """Layers that ran before a drop cached rows that later left: move each layer's kept
+        rows to start.. (re-rotated), so every layer holds the same rows at the same slots."""
+        for li, layout in enumerate(layouts):
+            if layout.numel() == final.numel():
+                continue  # ran after the last drop: already in place
+            idx = torch.searchsorted(layout, final)
+            self._move_rows(pool, li, seg.slot, seg.start, idx)
+
+    def _move_rows(self, pool: KVPool, li: int, slot: int, start: int, idx: Tensor) -> None:
+        """Cache rows start+idx[i] -> start+i in layer `li`, keys re-rotated by -(idx[i]-i)."""
+        m = int(idx.numel())
+        shift = idx - torch.arange(m)
+        self._ensure_rope(int(shift.max()) + 1 if m else 1)
+        kind = FULL if self.config.layer_types[li] == FULL else SLIDING
+        cos, sin = self._rope[kind]
+        src = idx + start
+        kc, vc = pool.k[li][slot], pool.v[li][slot]  # (kv, T, d)
+        keys = kc.index_select(1, src)
+        kc[:, start : start + m] = _rope(
+            keys, cos.index_select(0, shift), -sin.index_select(0, shift)
+        )
+        vc[:, start : start + m] = vc.index_select(1, src)
+
+    @torch.inference_mode()
+    def compact_positions(self, pool: KVPool, slot: int, keep: Tensor) -> int:
+        """Keep the cached rows at sorted positions `keep` of `slot`, moved to 0..len(keep)-1
+        (keys re-rotated, so the cache is as if only they had been computed); returns the new
+        length. Sink+window truncation is the special case of a contiguous tail."""
+        keep = keep.to(torch.long)
+        for li in range(self.config.num_layers):
+            self._move_rows(pool, li, slot, 0, keep)
+        return int(keep.numel())
 
     # -- truncation ----------------------------------------------------------------------------
     @torch.inference_mode()

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from streamfuse.lm.dropping import ContextInfo
 from streamfuse.lm.kv_pool import Slot
 from streamfuse.lm.speculative import NgramDrafter
 
@@ -46,6 +47,16 @@ class Request:
     #: Stop ids that do not stop the answer while nothing but them has been generated (a base
     #: model often opens an answer with a line break before the text).
     leading_ids: tuple[int, ...] = ()
+    #: Token dropping (F18): prefill the prompt in one piece keeping about this share of it
+    #: (None: keep everything). The last `query_tokens` prompt tokens (the question) are always
+    #: kept and rank the rest; `drop_info` (lines, modality, MiniLM similarity per prompt token)
+    #: lets the 'ours' method pool by line and drop coarsely before the first layer.
+    keep_ratio: float | None = None
+    query_tokens: int = 1
+    #: Higher runs first (F19): a user's question (1) outranks background context feeds (0)
+    #: of other sessions; within a session requests still run in submission order.
+    priority: int = 0
+    drop_info: ContextInfo | None = None
 
 
 @dataclass
@@ -63,6 +74,7 @@ class EngineStats:
     invalidations: int = 0
     evictions: int = 0
     truncations: int = 0
+    dropped_tokens: int = 0
     cancellations: int = 0
     forward_s: float = 0.0
 

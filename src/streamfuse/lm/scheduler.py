@@ -1,13 +1,15 @@
 """The scheduler: which sequences run and which rows one engine step carries.
 
-`schedule()` admits waiting requests first come, first served into KV slots (an idle session
-resumes in its own slot; when the pool is full the least recently used idle session is evicted,
-and a request waits when every slot runs), then plans the step within `max_batch_tokens`:
-decoding sequences first (their last token plus prompt-lookup drafts), then prompt chunks of at
-most `prefill_chunk` tokens, oldest first, so a long prompt never stalls the others. When a
-sequence's slot would overflow it is truncated to sink + window tokens (StreamingLLM), or,
+`schedule()` admits waiting requests by priority, then first come, first served, into KV
+slots (a session's own requests keep their order; an idle session resumes in its own slot; when
+the pool is full the least recently used idle session is evicted, and a request waits when
+every slot runs), then plans the step within `max_batch_tokens`: decoding sequences first
+(their last token plus prompt-lookup drafts), then prompt chunks of at most `prefill_chunk`
+tokens (a request with `keep_ratio` in one piece), by priority then oldest first, so a long
+prompt never stalls the others. When a sequence's slot would overflow it is truncated to sink +
+window tokens (StreamingLLM), or to sinks + recent + heavy hitters ('heavy_hitter', H2O), or,
 under the 'reject' policy, refused up front (`check_fits`). It sees the pool only through
-`Slot` handles and lengths; the model's part of a truncation is the injected `compact`.
+`Slot` handles and lengths; the model's part of a truncation is the injected `Compactor`.
 """
 
 from __future__ import annotations
@@ -18,8 +20,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+import torch
+from torch import Tensor
+
 from streamfuse.errors import CapacityError
 from streamfuse.lm.config import LMConfig
+from streamfuse.lm.dropping import AttentionAccumulator
 from streamfuse.lm.kv_pool import KVPool, Slot
 from streamfuse.lm.request import EngineStats, RequestHandle, Sequence
 from streamfuse.lm.sessions import SessionCache
@@ -27,9 +33,12 @@ from streamfuse.lm.speculative import NgramDrafter
 
 
 class Compactor(Protocol):
-    """Moves a slot's kept tokens into place (`GemmaModel.compact`); returns the new length."""
+    """Moves a slot's kept tokens into place (`GemmaModel.compact` for sink + window,
+    `compact_positions` for any kept set); returns the new length."""
 
     def compact(self, pool: KVPool, slot: int, length: int, sink: int, keep: int) -> int: ...
+
+    def compact_positions(self, pool: KVPool, slot: int, keep: Tensor) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +63,7 @@ class Scheduler:
         sessions: SessionCache,
         model: Compactor,
         stats: EngineStats | None = None,
+        attention: AttentionAccumulator | None = None,
     ) -> None:
         self.config = config
         self.pool = pool
@@ -64,6 +74,8 @@ class Scheduler:
         self.running: list[Sequence] = []
         self._sink = config.truncation.sink_tokens
         self._window = config.window_tokens
+        #: Attention each cached position received (the 'heavy_hitter' policy's statistic).
+        self.attention = attention
 
     # -- queue ------------------------------------------------------------------------------
     def add(self, seq: Sequence) -> None:
@@ -88,7 +100,7 @@ class Scheduler:
 
     def check_fits(self, context: int, max_new: int) -> None:
         """Refuse up front a request that could never fit a slot under the 'reject' policy."""
-        if self.config.truncation.policy == "sink_window":
+        if self.config.truncation.policy != "reject":
             return
         need = context + max_new
         if need > self.pool.max_tokens:
@@ -108,10 +120,18 @@ class Scheduler:
         sc = self.config.scheduler
         blocked: set[str] = set()
         pool_full = False
-        for seq in list(self.waiting):
+        # Priority first (stable: equal priorities keep arrival order); a session's requests
+        # keep their own order, so a question never overtakes its context's feed.
+        first_of: dict[str, Sequence] = {}
+        for q in self.waiting:
+            if q.session is not None:
+                first_of.setdefault(q.session.key, q)
+        for seq in sorted(self.waiting, key=lambda q: -q.req.priority):
             if len(self.running) >= sc.max_running:
                 break
             s = seq.session
+            if s is not None and first_of[s.key] is not seq:
+                continue
             if s is not None and (s.busy or s.key in blocked):
                 blocked.add(s.key)  # one request per session at a time, in order
                 continue
@@ -149,6 +169,8 @@ class Scheduler:
             seq.ids, unfed = self.sessions.begin(s, req.version, slot)
             seq.pending = unfed + list(req.prompt_ids)
             seq.base_len = len(seq.ids) + len(unfed)
+        if self.attention is not None and not seq.ids:
+            self.attention.reset(slot.index)  # a fresh context: no attention received yet
         spec = self.config.speculative
         seq.speculative = spec.enabled if req.speculative is None else req.speculative
         if seq.speculative and req.max_new_tokens > 1:
@@ -179,11 +201,14 @@ class Scheduler:
                 drafts = tokens[1:]
             work.append(Work(seq, tokens, "decode", drafts, True))
             budget -= len(tokens)
-        # Then prompt chunks, oldest first, within what is left of the budget.
-        for seq in self.running:
+        # Then prompt chunks, by priority then oldest first, within what is left of the budget.
+        for seq in sorted(self.running, key=lambda q: -q.req.priority):
             if not seq.pending or budget <= 0:
                 continue
             n = min(len(seq.pending), sc.prefill_chunk, budget)
+            if seq.req.keep_ratio is not None:
+                # Dropping ranks the whole prompt against its question: one piece.
+                n = len(seq.pending)
             self.make_room(seq, n)
             n = min(n, self._room(seq))
             if n <= 0:
@@ -203,16 +228,23 @@ class Scheduler:
         whether they fit now."""
         if len(seq.ids) + n <= self.pool.max_tokens:
             return True
-        if self.config.truncation.policy != "sink_window":  # admitted, so it fits: defensive
+        policy = self.config.truncation.policy
+        if policy == "reject":  # admitted, so it fits: defensive
             raise CapacityError(
                 f"sequence needs {len(seq.ids) + n} tokens > slot size {self.pool.max_tokens}"
             )
         assert seq.slot is not None
+        if policy == "heavy_hitter" and self.attention is not None:
+            return self._evict_heavy(seq, n)
         sink, keep = self._sink, self._window
         old = len(seq.ids)
         new_len = self.model.compact(self.pool, seq.slot.index, old, sink, keep)
         shift = old - new_len
         if shift > 0:
+            if self.attention is not None:
+                self.attention.moved(
+                    seq.slot.index, torch.cat([torch.arange(sink), torch.arange(old - keep, old)])
+                )
             seq.ids = seq.ids[:sink] + seq.ids[old - keep :]
             self.pool.set_length(seq.slot, new_len)
             # The rollback point moves with the tokens; if it fell into the evicted middle the
@@ -221,5 +253,25 @@ class Scheduler:
                 seq.base_len -= shift
             elif seq.base_len > sink:
                 seq.base_len = sink
+            self.stats.truncations += 1
+        return len(seq.ids) + n <= self.pool.max_tokens
+
+    def _evict_heavy(self, seq: Sequence, n: int) -> bool:
+        """H2O: keep the sinks, the most recent tokens and the positions that received the most
+        attention so far, as many as a sink + window truncation keeps."""
+        assert seq.slot is not None and self.attention is not None
+        slot, old = seq.slot.index, len(seq.ids)
+        heavy = int(self._window * self.config.truncation.heavy_fraction)
+        keep = self.attention.keep(
+            slot, old, self._sink + self._window, sink=self._sink, recent=self._window - heavy
+        )
+        if keep.numel() < old:
+            self.model.compact_positions(self.pool, slot, keep)
+            self.attention.moved(slot, keep)
+            kept = keep.tolist()
+            # The rollback point: the kept tokens that came before it.
+            seq.base_len = sum(1 for i in kept if i < seq.base_len)
+            seq.ids = [seq.ids[i] for i in kept]
+            self.pool.set_length(seq.slot, len(seq.ids))
             self.stats.truncations += 1
         return len(seq.ids) + n <= self.pool.max_tokens

@@ -63,6 +63,20 @@ class LMStageConfig(BaseModel):
     poll_s: float = Field(
         default=0.05, gt=0.0, le=1.0, description="How often tokens are forwarded while idle."
     )
+    semantic_windows: bool = Field(
+        default=False,
+        description="Feed context in semantic windows (F21): text waits until its sentence "
+        "ends (or a clause mark once `window_max_words` wait), so the model never holds half "
+        "a sentence; a checkpoint, a prompt or the end of input feeds whatever waits.",
+    )
+    window_max_words: int = Field(default=40, ge=4, le=1000)
+    feed_keep_ratio: float | None = Field(
+        default=None,
+        gt=0.0,
+        le=1.0,
+        description="Token dropping (F18) on each fed piece of context: keep about this share, "
+        "ranked by what its last tokens attend to (None: keep everything).",
+    )
 
 
 @dataclass
@@ -79,6 +93,7 @@ class _Answer:
 
 @dataclass
 class _StreamState:
+    held: str = ""  # context text waiting for its sentence to end (semantic windows)
     context_tokens: int = 0
     t_first: float | None = None
     t_last: float = 0.0
@@ -138,8 +153,10 @@ class LMStage(Stage):
         prompt: str | None = None
         if isinstance(frame, TextFrame):
             prompt = frame.text.strip() or None
+            if prompt is not None:
+                self._feed(frame.stream_id, st, "", force=True)  # the question sees it all
         elif isinstance(frame, ContextFrame):
-            self._add_context(frame, st)
+            self._add_context(frame, st, force=frame.checkpoint)
             if frame.checkpoint and st.context_tokens:
                 prompt = self.config.ask
         for out in self._drain(frame.stream_id, st):
@@ -157,6 +174,7 @@ class LMStage(Stage):
         assert self.engine is not None
         cfg = self.config
         for stream_id, st in self._streams.items():
+            self._feed(stream_id, st, "", force=True)
             if cfg.ask and cfg.ask_at_end and st.new_since_ask and st.context_tokens:
                 cause = TextFrame(stream_id=stream_id, t_media=st.t_last, t_end=st.t_last, text="")
                 async for out in self._ask(cause, st, cfg.ask):
@@ -169,17 +187,34 @@ class LMStage(Stage):
             self.engine.close_session(stream_id)
 
     # -- context ------------------------------------------------------------------------------
-    def _add_context(self, frame: ContextFrame, st: _StreamState) -> None:
-        """Append the frame's text to the stream's session."""
+    def _add_context(self, frame: ContextFrame, st: _StreamState, *, force: bool) -> None:
+        """Append the frame's text to the stream's session (at a window boundary, if on)."""
+        if frame.text:
+            if st.context_tokens == 0 and not st.held:
+                st.t_first = frame.t_media
+            st.t_last = max(st.t_last, frame.t_end)
+        self._feed(frame.stream_id, st, frame.text, force=force)
+
+    def _feed(self, stream_id: str, st: _StreamState, text: str, *, force: bool) -> None:
         assert self.engine is not None and self.tokenizer is not None
-        if not frame.text:
+        cfg = self.config
+        if cfg.semantic_windows:
+            from streamfuse.text.windows import split_ready
+
+            text = st.held + text
+            if force:
+                st.held = ""
+            else:
+                text, st.held = split_ready(text, max_words=cfg.window_max_words)
+        if not text:
             return
-        ids = self.tokenizer.encode(frame.text, add_bos=st.context_tokens == 0)
-        if st.context_tokens == 0:
-            st.t_first = frame.t_media
-        self.engine.feed(frame.stream_id, ids)
+        ids = self.tokenizer.encode(text, add_bos=st.context_tokens == 0)
+        ratio = cfg.feed_keep_ratio
+        if ratio is not None and ratio < 1.0 and len(ids) > 8:
+            self.engine.feed(stream_id, ids, keep_ratio=ratio, query_tokens=4)
+        else:
+            self.engine.feed(stream_id, ids)
         st.context_tokens += len(ids)
-        st.t_last = max(st.t_last, frame.t_end)
         st.new_since_ask = True
 
     # -- answers ------------------------------------------------------------------------------
@@ -198,6 +233,7 @@ class LMStage(Stage):
             keep_output=False,
             stop_ids=self._stops(),
             leading_ids=self._newlines() if self.config.stop_at_newline else (),
+            priority=1,  # a question outranks other streams' background context feeds
         )
         handle = self.engine.submit(req)
         answer = _Answer(
