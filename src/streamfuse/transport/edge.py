@@ -29,7 +29,8 @@ from streamfuse.transport.policy import make_keep_policy
 from streamfuse.transport.speech import SpeechChunk, SpeechEncoder
 from streamfuse.transport.udp import UdpSender
 from streamfuse.transport.wire import Kind, Modality, Packet
-from streamfuse.vision.change import ChangeDecision, ChangeTracker
+from streamfuse.vision.change import ChangeTracker
+from streamfuse.vision.change import key_frame as make_key_frame
 from streamfuse.vision.config import ChangeDetectorConfig
 from streamfuse.vision.frames import KeyFrame
 
@@ -58,22 +59,6 @@ class EdgeReport:
         d = asdict(self)
         d.pop("sent")
         return d
-
-
-def _key(frame: VideoFrame, d: ChangeDecision) -> KeyFrame:
-    """The key frame the local pipeline's change detector would emit for this decision."""
-    return KeyFrame(
-        stream_id=frame.stream_id,
-        t_media=frame.t_media,
-        arrival_wall=frame.arrival_wall,
-        image=frame.image,
-        index=frame.index,
-        changed_bbox=d.bbox,
-        changed_frac=d.changed_frac,
-        content_bbox=d.content_bbox,
-        t_changed=d.t_changed,
-        reason=d.reason or "change",
-    )
 
 
 def _traceparent() -> str:
@@ -121,7 +106,7 @@ class Edge:
     async def video(self, frame: VideoFrame) -> None:
         decision = self.tracker.update(frame)
         if decision.key:
-            await self.key_frame(_key(frame, decision))
+            await self.key_frame(make_key_frame(frame, decision))
 
     async def key_frame(self, key: KeyFrame) -> None:
         with _tracer.start_as_current_span("edge.key_frame", attributes={"t_media": key.t_media}):
@@ -171,7 +156,7 @@ class Edge:
 
     async def finish(self, timeout_s: float = 10.0) -> EdgeReport:
         for frame, decision in self.tracker.pending():
-            await self.key_frame(_key(frame, decision))
+            await self.key_frame(make_key_frame(frame, decision))
         for chunk in self.speech.flush():
             self._send_speech(chunk)
         await self.sender.drain(self.config.deadline_s + 1.0)

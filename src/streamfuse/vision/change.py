@@ -179,7 +179,8 @@ def _bbox(mask: np.ndarray, w: int, h: int, pad_cells: int = 1) -> BBox:
     return (x0, y0, x1, y1)
 
 
-def _key(frame: VideoFrame, d: ChangeDecision) -> KeyFrame:
+def key_frame(frame: VideoFrame, d: ChangeDecision) -> KeyFrame:
+    """The key frame the change detector emits for `frame` and its decision to emit it."""
     assert d.reason is not None
     return KeyFrame(
         stream_id=frame.stream_id,
@@ -227,11 +228,11 @@ class ChangeDetector(Stage):
                 decision.reason,
                 100 * decision.changed_frac,
             )
-            yield _key(frame, decision)
+            yield key_frame(frame, decision)
 
     async def flush(self) -> AsyncIterator[Frame]:
         for frame, decision in self.tracker.pending():
-            yield _key(frame, decision)
+            yield key_frame(frame, decision)
 
 
 __all__ = ["ChangeDecision", "ChangeDetector", "ChangeTracker", "thumbnail"]
