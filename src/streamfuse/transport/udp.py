@@ -121,10 +121,48 @@ class _Out:
     sent_at: dict[int, float] = field(default_factory=dict)  # fragment -> last resend
 
 
+class _UdpEnd:
+    """What both ends share: a UDP socket, the periodic tick that runs beside it, and the
+    handlers the socket's callbacks call."""
+
+    _transport: asyncio.DatagramTransport | None = None
+    _ticker: asyncio.Task[None] | None = None
+
+    async def _open(self, what: str, **endpoint: Any) -> None:
+        """Open the socket (`create_datagram_endpoint` arguments) and start the tick."""
+        loop = asyncio.get_running_loop()
+        try:
+            self._transport, _ = await loop.create_datagram_endpoint(
+                lambda: _Endpoint(self), **endpoint
+            )
+        except OSError as e:
+            raise TransportError(f"{what}: {e}") from e
+        self._ticker = asyncio.create_task(self._tick_loop())
+
+    async def _close_socket(self) -> None:
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+            self._ticker = None
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+
+    async def _tick_loop(self) -> None:
+        raise NotImplementedError
+
+    def _on_datagram(self, data: bytes, addr: Any) -> None:
+        raise NotImplementedError
+
+    def _count_malformed(self) -> None:
+        raise NotImplementedError
+
+
 class _Endpoint(asyncio.DatagramProtocol):
     """Glue from asyncio's callbacks to the owner's methods."""
 
-    def __init__(self, owner: UdpSender | UdpReceiver) -> None:
+    def __init__(self, owner: _UdpEnd) -> None:
         self.owner = owner
 
     def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
@@ -140,7 +178,7 @@ class _Endpoint(asyncio.DatagramProtocol):
         log.debug("socket error: %s", exc)
 
 
-class UdpSender:
+class UdpSender(_UdpEnd):
     """The edge end: `send` messages towards one receiver."""
 
     def __init__(self, config: TransportConfig, stream: int = 0) -> None:
@@ -156,8 +194,6 @@ class UdpSender:
         self._out: dict[int, _Out] = {}
         self._idle = asyncio.Event()  # set while nothing is outstanding
         self._idle.set()
-        self._transport: asyncio.DatagramTransport | None = None
-        self._ticker: asyncio.Task[None] | None = None
         # (fragments, first copies lost) of recently acknowledged messages, and their sums
         self._loss_window: deque[tuple[int, int]] = deque()
         self._loss_n = 0
@@ -168,15 +204,7 @@ class UdpSender:
         cls, host: str, port: int, config: TransportConfig | None = None, stream: int = 0
     ) -> UdpSender:
         sender = cls(config or TransportConfig(), stream)
-        loop = asyncio.get_running_loop()
-        try:
-            transport, _ = await loop.create_datagram_endpoint(
-                lambda: _Endpoint(sender), remote_addr=(host, port)
-            )
-        except OSError as e:
-            raise TransportError(f"cannot open a UDP socket to {host}:{port}: {e}") from e
-        sender._transport = transport
-        sender._ticker = asyncio.create_task(sender._tick_loop())
+        await sender._open(f"cannot open a UDP socket to {host}:{port}", remote_addr=(host, port))
         return sender
 
     def estimate(self) -> LinkEstimate:
@@ -250,14 +278,7 @@ class UdpSender:
             await asyncio.wait_for(self._idle.wait(), timeout_s)
 
     async def close(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
-            self._ticker = None
-        if self._transport is not None:
-            self._transport.close()
-            self._transport = None
+        await self._close_socket()
 
     # -- internals ------------------------------------------------------------------------
     def _put(self, datagram: bytes) -> None:
@@ -382,7 +403,7 @@ class _In:
     originals: int = 0  # fragments that arrived as first copies
 
 
-class UdpReceiver:
+class UdpReceiver(_UdpEnd):
     """The cloud end: reassembles, orders and delivers one edge's messages."""
 
     def __init__(self, config: TransportConfig, stream: int = 0) -> None:
@@ -391,8 +412,6 @@ class UdpReceiver:
         self.stream = stream
         self.stats = ReceiverStats()
         self.peer: Any = None
-        self._transport: asyncio.DatagramTransport | None = None
-        self._ticker: asyncio.Task[None] | None = None
         self._incomplete: dict[int, _In] = {}
         self._done: dict[int, Message] = {}
         self._known_since: dict[int, float] = {}  # missing sequence -> when first missed
@@ -409,15 +428,7 @@ class UdpReceiver:
         cls, host: str, port: int, config: TransportConfig | None = None, stream: int = 0
     ) -> UdpReceiver:
         receiver = cls(config or TransportConfig(), stream)
-        loop = asyncio.get_running_loop()
-        try:
-            transport, _ = await loop.create_datagram_endpoint(
-                lambda: _Endpoint(receiver), local_addr=(host, port)
-            )
-        except OSError as e:
-            raise TransportError(f"cannot listen on UDP {host}:{port}: {e}") from e
-        receiver._transport = transport
-        receiver._ticker = asyncio.create_task(receiver._tick_loop())
+        await receiver._open(f"cannot listen on UDP {host}:{port}", local_addr=(host, port))
         return receiver
 
     @property
@@ -435,14 +446,7 @@ class UdpReceiver:
             yield m
 
     async def close(self) -> None:
-        if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
-            self._ticker = None
-        if self._transport is not None:
-            self._transport.close()
-            self._transport = None
+        await self._close_socket()
         if not self._closed:
             self._closed = True
             self._queue.put_nowait(None)
