@@ -363,7 +363,7 @@ async def build_pipeline(
             # Live, OCR only ever needs the newest settled picture, so it never builds a
             # backlog; offline (as fast as possible) nothing is skipped.
             policy = OverloadPolicy.LATEST_ONLY if config.realtime else OverloadPolicy.BLOCK
-            if getattr(source, "selects_key_frames", False):
+            if source.selects_key_frames:
                 # Its frames are key frames already (an edge ran the change detector:
                 # `streamfuse.transport.cloud`), so they go straight to OCR.
                 pipeline.link(source, ocr, policy=policy)

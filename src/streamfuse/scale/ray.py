@@ -119,17 +119,16 @@ class Ledger:
                 self.ocr_start = record["t_start"]
         elif kind == EventType.ASR_PARTIAL and record["t_end"] <= self.asr_end and record["text"]:
             out = None
-        elif kind not in (EventType.ASR, EventType.OCR) and event_key(record) in self.keys:
+        elif event_key(record) in self.keys:
             out = None  # a partial, error or gap the first run delivered already
-        if out is not None and "id" in out and out["id"] in self.keys:
-            # Words past the cut in an event the replay started where a delivered one did.
-            out = {**out, "id": f"{out['id']}+{round(out['t_start'] * 1000)}"}
-        if out is not None:
-            self.keys.add(event_key(out))
         if out is None:
             self.skipped += 1
-        else:
-            self.delivered += 1
+            return None
+        if "id" in out and out["id"] in self.keys:
+            # Words past the cut in an event the replay started where a delivered one did.
+            out = {**out, "id": f"{out['id']}+{round(out['t_start'] * 1000)}"}
+        self.keys.add(event_key(out))
+        self.delivered += 1
         return out
 
 

@@ -18,7 +18,7 @@ import math
 import re
 from collections.abc import AsyncIterator, Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import av
 import numpy as np
@@ -82,6 +82,10 @@ class _Resume:
 
 class MediaSource(Source):
     """A file path, URL (file, http(s), hls, rtsp, udp, ...) or device read with PyAV."""
+
+    #: Its video frames are key frames already (chosen upstream, e.g. by an edge running the
+    #: change detector): the main job sends them straight to OCR.
+    selects_key_frames: ClassVar[bool] = False
 
     def __init__(
         self,
