@@ -54,7 +54,7 @@ from streamfuse.testing.netfault import FaultConfig, FaultProxy  # noqa: E402
 from streamfuse.text import cer  # noqa: E402
 from streamfuse.transport.cloud import serve_cloud  # noqa: E402
 from streamfuse.transport.config import TransportConfig  # noqa: E402
-from streamfuse.transport.edge import _key, run_edge  # noqa: E402
+from streamfuse.transport.edge import run_edge  # noqa: E402
 from streamfuse.transport.fuzz import fuzz_decode, fuzz_inputs  # noqa: E402
 from streamfuse.transport.patches import TextBoxes, decode_patches, encode_patches  # noqa: E402
 from streamfuse.transport.policy import (  # noqa: E402
@@ -66,6 +66,7 @@ from streamfuse.transport.speech import SpeechEncoder  # noqa: E402
 from streamfuse.transport.udp import UdpReceiver, UdpSender  # noqa: E402
 from streamfuse.transport.wire import Kind, Modality, Packet  # noqa: E402
 from streamfuse.vision.change import ChangeTracker  # noqa: E402
+from streamfuse.vision.change import key_frame as make_key_frame  # noqa: E402
 from streamfuse.vision.frames import KeyFrame  # noqa: E402
 from streamfuse.vision.ocr import RapidOcrEngine  # noqa: E402
 
@@ -135,9 +136,9 @@ def key_frames(clip: Path) -> tuple[list[KeyFrame], float]:
             )
             d = tracker.update(vf)
             if d.key:
-                keys.append(_key(vf, d))
+                keys.append(make_key_frame(vf, d))
         for frame, d in tracker.pending():
-            keys.append(_key(frame, d))
+            keys.append(make_key_frame(frame, d))
     return keys, fps
 
 

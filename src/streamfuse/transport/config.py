@@ -19,15 +19,28 @@ class TransportConfig(BaseModel):
     text_pad_px: int = Field(
         6, ge=0, le=64, description="Margin kept around each detected text box, pixels."
     )
-    patch_codec: Literal["jpeg", "png"] = Field(
-        "png", description="Coding of the grey atlas of kept patches."
+    patch_codec: Literal["packed", "png", "jpeg"] = Field(
+        "packed",
+        description="Coding of the kept patches: packed (grey-level indices, 1/2/4 bits a "
+        "pixel, LZMA-coded with the rest of the message), or a PNG / JPEG atlas.",
+    )
+    text_px: int = Field(
+        26,
+        ge=0,
+        le=256,
+        description="The frame is sent scaled so its smallest detected text line is this tall "
+        "(never enlarged; 0: always full size). The recognizer reads lines at 48 px.",
+    )
+    min_scale: float = Field(
+        0.25, gt=0.0, le=1.0, description="The smallest scale `text_px` may choose."
     )
     grey_levels: int = Field(
-        4,
+        2,
         ge=2,
         le=256,
         description="Grey levels each patch is quantized to between its own darkest and "
-        "brightest pixel (256: no quantization). Text needs few: ink, paper, two edge shades.",
+        "brightest pixel (256: no quantization). Text needs few: ink and paper (2) held the demo's "
+        "OCR within 1 point of the original frames' (docs/edge-cloud.md).",
     )
     denoise_px: int = Field(
         3,
