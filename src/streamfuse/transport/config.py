@@ -93,6 +93,13 @@ class TransportConfig(BaseModel):
         le=5.0,
         description="RTO floor (RFC 6298 says 1 s for TCP; a deadline of ~1 s needs less).",
     )
+    link_report_s: float = Field(
+        5.0,
+        gt=0.0,
+        le=3600.0,
+        description="Each end reports the link's state (a `link` event) every this many "
+        "seconds of media; the edge's reports travel in-band to the cloud's sinks.",
+    )
     nack_delay_s: float = Field(
         0.03, ge=0.0, le=1.0, description="Reordering allowance before a gap is NACKed."
     )

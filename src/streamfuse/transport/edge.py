@@ -19,12 +19,13 @@ from opentelemetry import trace
 from opentelemetry.propagate import inject
 
 from streamfuse.audio.config import AsrConfig
+from streamfuse.events import EventRecord, LinkPayload
 from streamfuse.frames import AudioFrame, VideoFrame
 from streamfuse.sources.config import SourceConfig
 from streamfuse.sources.media import MediaSource
 from streamfuse.testing.netfault import FaultConfig, FaultProxy
 from streamfuse.transport.config import TransportConfig
-from streamfuse.transport.patches import TextBoxes, encode_patches
+from streamfuse.transport.patches import PatchMessage, TextBoxes, encode_patches
 from streamfuse.transport.policy import make_keep_policy
 from streamfuse.transport.speech import SpeechChunk, SpeechEncoder
 from streamfuse.transport.udp import UdpSender
@@ -49,6 +50,10 @@ class EdgeReport:
     audio_s: float = 0.0
     media_s: float = 0.0
     keep_ratios: list[float] = field(default_factory=list)
+    #: Scale each key frame was sent at (1.0: full size; see `TransportConfig.text_px`).
+    scales: list[float] = field(default_factory=list)
+    #: The edge's `link` events (the same records it relays to the cloud), oldest first.
+    link_events: list[dict[str, Any]] = field(default_factory=list)
     #: Per message sent: (sequence, modality, edge wall time it was sent).
     sent: list[tuple[int, str, float]] = field(default_factory=list)
     link: dict[str, Any] = field(default_factory=dict)
@@ -95,6 +100,10 @@ class Edge:
         )
         self.report = EdgeReport()
         self.audio_end_s = 0.0
+        self._media_t = 0.0
+        self._next_report_t = config.link_report_s
+        self._last_keep: float | None = None
+        self._last_scale: float | None = None
 
     async def open(self, info: dict[str, Any], timeout_s: float = 10.0) -> None:
         self.report.stream_id = str(info.get("stream_id", "main"))
@@ -102,6 +111,8 @@ class Edge:
         await self.sender.send_reliable(
             Packet(kind=Kind.CONTROL, modality=Modality.JSON), body, timeout_s
         )
+        # A bandwidth sample before the first key frame, so the policy sizes that one too.
+        self.sender.probe()
 
     async def video(self, frame: VideoFrame) -> None:
         decision = self.tracker.update(frame)
@@ -111,12 +122,15 @@ class Edge:
     async def key_frame(self, key: KeyFrame) -> None:
         with _tracer.start_as_current_span("edge.key_frame", attributes={"t_media": key.t_media}):
             boxes = await asyncio.to_thread(self.detector, key.image)
-            full = await asyncio.to_thread(encode_patches, key, boxes, 1.0, self.config)
-            full_keep = full.keep_ratio
-            keep = self.policy.keep(self.sender.estimate(), len(full.payload), full_keep)
-            message = full
-            if keep < full_keep:
-                message = await asyncio.to_thread(encode_patches, key, boxes, keep, self.config)
+
+            def encode(keep: float, text_px: int | None) -> PatchMessage:
+                config = self.config
+                if text_px is not None:
+                    config = config.model_copy(update={"text_px": text_px})
+                return encode_patches(key, boxes, keep, config)
+
+            link = self.sender.estimate()
+            message = await asyncio.to_thread(self.policy.fit, link, encode)
             rows, cols, _ = message.shape
             seq = self.sender.send(
                 Packet(
@@ -132,12 +146,61 @@ class Edge:
         self.report.key_frames += 1
         self.report.video_bytes += len(message.payload)
         self.report.keep_ratios.append(round(message.keep_ratio, 4))
+        self.report.scales.append(round(message.scale, 4))
+        self._last_keep, self._last_scale = min(1.0, message.keep_ratio), message.scale
+        self._tick(key.t_media)
         self.report.sent.append((seq, "video", self.sender.send_wall[seq]))
 
     def audio(self, window: AudioFrame) -> None:
         self.audio_end_s = max(self.audio_end_s, window.t_end)
         for chunk in self.speech.push(window):
             self._send_speech(chunk)
+        self._tick(window.t_end)
+
+    def link_payload(self, *, final: bool = False) -> LinkPayload:
+        """The edge's view of the link now."""
+        e, s = self.sender.estimate(), self.sender.stats
+        return LinkPayload(
+            role="edge",
+            final=final,
+            deadline_s=self.config.deadline_s,
+            rtt_ms=None if e.srtt_s is None else round(1000 * e.srtt_s, 2),
+            rto_ms=round(1000 * e.rto_s, 2),
+            loss=round(e.loss, 4),
+            bandwidth_bps=None if e.bandwidth_bps is None else round(e.bandwidth_bps),
+            queued_bytes=e.queued_bytes,
+            keep_ratio=self._last_keep,
+            scale=self._last_scale,
+            messages=s.messages,
+            retransmits=s.retransmits,
+            expired=s.expired,
+            datagrams=s.datagrams,
+            bytes=s.bytes,
+            malformed=s.malformed,
+        )
+
+    def report_link(self, *, final: bool = False) -> None:
+        """Record the edge's `link` event and relay it to the cloud (in-band, best effort)."""
+        payload = self.link_payload(final=final)
+        t = round(self._media_t, 3)
+        self.report.link_events.append(
+            EventRecord(
+                type=payload.type,
+                stream_id=self.report.stream_id,
+                t_start=t,
+                t_end=t,
+                latency_ms=0.0,
+                payload=payload,
+            ).to_json_dict()
+        )
+        body = json.dumps({"op": "link", **payload.fields()}).encode()
+        self.sender.send(Packet(kind=Kind.CONTROL, modality=Modality.JSON), body)
+
+    def _tick(self, t_media: float) -> None:
+        self._media_t = max(self._media_t, t_media)
+        if self._media_t >= self._next_report_t:
+            self._next_report_t = self._media_t + self.config.link_report_s
+            self.report_link()
 
     def _send_speech(self, chunk: SpeechChunk) -> None:
         payload = chunk.payload()
@@ -160,6 +223,7 @@ class Edge:
         for chunk in self.speech.flush():
             self._send_speech(chunk)
         await self.sender.drain(self.config.deadline_s + 1.0)
+        self.report_link(final=True)
         body = json.dumps({"op": "end", "audio_end_s": self.audio_end_s}).encode()
         await self.sender.send_reliable(
             Packet(kind=Kind.CONTROL, modality=Modality.JSON), body, timeout_s
