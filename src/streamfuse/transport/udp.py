@@ -396,7 +396,9 @@ class UdpSender(_UdpEnd):
         while True:
             await asyncio.sleep(_TICK_S)
             now = now_wall()
+            ahead = 0  # bytes of this and earlier outstanding messages (in sequence order)
             for seq, out in list(self._out.items()):
+                ahead += len(out.packets) * OVERHEAD + out.size
                 if now > out.deadline_wall:
                     self._forget(seq)
                     self.stats.expired += 1
@@ -406,7 +408,11 @@ class UdpSender(_UdpEnd):
                         )
                         out.acked.exception()  # retrieved: send_reliable reports its own
                     continue
-                if now - out.last_send_wall >= self.rtt.rto_s:
+                # The RTO counts from when the message's last byte could have left the
+                # bottleneck: on a slow link a big message (and what is queued before it)
+                # takes longer than a round trip to go through.
+                serial = 8.0 * ahead / self.bandwidth_bps if self.bandwidth_bps else 0.0
+                if now - out.last_send_wall >= self.rtt.rto_s + serial:
                     # Tail-loss probe: resend the last fragment; the receiver NACKs the rest.
                     self._retransmit(out, len(out.packets) - 1)
                     out.retransmitted = True
