@@ -151,9 +151,7 @@ def test_keep_policies_follow_the_link() -> None:
     assert 40_000 * kept / 0.2 * 8 / 200_000 + 0.1 <= 1.5
 
 
-def test_a_probe_measures_a_slow_link_and_its_fragments_are_not_nacked_before_their_turn() -> (
-    None
-):
+def test_a_probe_measures_a_slow_link_and_its_fragments_are_not_nacked_before_their_turn() -> None:
     async def run() -> tuple[LinkEstimate, int, int, bool]:
         config = TransportConfig()
         rx = await UdpReceiver.listen("127.0.0.1", 0, config)

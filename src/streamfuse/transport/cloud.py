@@ -29,6 +29,7 @@ from streamfuse.sources.media import MediaSource
 from streamfuse.transport.config import TransportConfig
 from streamfuse.transport.patches import decode_patches
 from streamfuse.transport.speech import SpeechDecoder
+from streamfuse.transport.tcp import DualReceiver, TcpReceiver
 from streamfuse.transport.udp import Message, UdpReceiver
 from streamfuse.transport.wire import Kind, Modality, WireError
 
@@ -44,7 +45,7 @@ class CloudSource(MediaSource):
 
     def __init__(
         self,
-        receiver: UdpReceiver,
+        receiver: UdpReceiver | TcpReceiver | DualReceiver,
         *,
         idle_timeout_s: float = 30.0,
         video: bool = True,
@@ -275,7 +276,8 @@ async def serve_cloud(
     goes to `sinks`. Returns (the final stats record, the link record)."""
     from streamfuse.app import build_pipeline, run_job
 
-    receiver = await UdpReceiver.listen(host, port, transport or TransportConfig())
+    # UDP and TCP on the same port: the edge falls back to TCP where UDP is blocked.
+    receiver = await DualReceiver.listen(host, port, transport or TransportConfig())
     if on_listen is not None:
         on_listen(receiver.address)
 

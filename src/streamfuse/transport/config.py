@@ -97,6 +97,14 @@ class TransportConfig(BaseModel):
         le=5.0,
         description="RTO floor (RFC 6298 says 1 s for TCP; a deadline of ~1 s needs less).",
     )
+    link: Literal["auto", "udp", "tcp"] = Field(
+        "auto",
+        description="auto: UDP, and TCP to the same port when the cloud does not answer over "
+        "UDP within `udp_timeout_s` (a network that blocks UDP); udp / tcp: only that.",
+    )
+    udp_timeout_s: float = Field(
+        3.0, gt=0.0, le=60.0, description="How long the edge waits for the cloud over UDP."
+    )
     link_report_s: float = Field(
         5.0,
         gt=0.0,

@@ -28,6 +28,7 @@ from streamfuse.transport.config import TransportConfig
 from streamfuse.transport.patches import PatchMessage, TextBoxes, encode_patches
 from streamfuse.transport.policy import make_keep_policy
 from streamfuse.transport.speech import SpeechChunk, SpeechEncoder
+from streamfuse.transport.tcp import TcpSender, open_link
 from streamfuse.transport.udp import UdpSender
 from streamfuse.transport.wire import Kind, Modality, Packet
 from streamfuse.vision.change import ChangeTracker
@@ -42,6 +43,8 @@ _tracer = trace.get_tracer("streamfuse.transport")
 @dataclass
 class EdgeReport:
     stream_id: str = "main"
+    #: The link the stream went over: udp, or tcp (the fallback when UDP is blocked).
+    link_kind: str = "udp"
     key_frames: int = 0
     video_bytes: int = 0
     speech_messages: int = 0
@@ -66,6 +69,11 @@ class EdgeReport:
         return d
 
 
+def open_body(info: dict[str, Any]) -> bytes:
+    """The CONTROL message that opens a stream on the cloud."""
+    return json.dumps({"op": "open", **info}).encode()
+
+
 def _traceparent() -> str:
     carrier: dict[str, str] = {}
     inject(carrier)
@@ -77,7 +85,7 @@ class Edge:
 
     def __init__(
         self,
-        sender: UdpSender,
+        sender: UdpSender | TcpSender,
         config: TransportConfig,
         *,
         change: ChangeDetectorConfig | None = None,
@@ -106,11 +114,16 @@ class Edge:
         self._last_scale: float | None = None
 
     async def open(self, info: dict[str, Any], timeout_s: float = 10.0) -> None:
-        self.report.stream_id = str(info.get("stream_id", "main"))
-        body = json.dumps({"op": "open", **info}).encode()
+        """Open the stream on the cloud (`info`: stream id, tracks, size) over this sender."""
         await self.sender.send_reliable(
-            Packet(kind=Kind.CONTROL, modality=Modality.JSON), body, timeout_s
+            Packet(kind=Kind.CONTROL, modality=Modality.JSON), open_body(info), timeout_s
         )
+        self.opened(info)
+
+    def opened(self, info: dict[str, Any]) -> None:
+        """The cloud acknowledged the stream's open (`open`, or `open_link`)."""
+        self.report.stream_id = str(info.get("stream_id", "main"))
+        self.report.link_kind = "tcp" if isinstance(self.sender, TcpSender) else "udp"
         # A bandwidth sample before the first key frame, so the policy sizes that one too.
         self.sender.probe()
 
@@ -266,20 +279,29 @@ async def run_edge(
     if faults is not None:
         proxy = FaultProxy((host, port), faults)
         host, port = await proxy.start()
-    sender = await UdpSender.connect(host, port, config)
-    edge = Edge(sender, config)
+    info = {
+        "stream_id": source.stream_id,
+        "video": source.has_video,
+        "audio": source.has_audio,
+        "duration_s": source.duration_s,
+        "fps": source.fps,
+        "size": source.video_size,
+    }
+    detector = TextBoxes(config.det_max_side_px)
     try:
-        await asyncio.to_thread(edge.detector.load)
-        await edge.open(
-            {
-                "stream_id": source.stream_id,
-                "video": source.has_video,
-                "audio": source.has_audio,
-                "duration_s": source.duration_s,
-                "fps": source.fps,
-                "size": source.video_size,
-            }
+        await asyncio.to_thread(detector.load)
+        # UDP, or TCP to the same port when UDP goes unanswered (`TransportConfig.link`).
+        sender, _ = await open_link(
+            host, port, config, Packet(kind=Kind.CONTROL, modality=Modality.JSON), open_body(info)
         )
+    except BaseException:
+        await source.close()
+        if proxy is not None:
+            await proxy.close()
+        raise
+    edge = Edge(sender, config, detector=detector)
+    try:
+        edge.opened(info)
         async for frame in source.frames():
             if isinstance(frame, VideoFrame):
                 await edge.video(frame)
