@@ -31,6 +31,7 @@ import random
 import socket
 import sys
 import time
+from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,13 @@ from streamfuse.transport.cloud import serve_cloud  # noqa: E402
 from streamfuse.transport.config import TransportConfig  # noqa: E402
 from streamfuse.transport.edge import run_edge  # noqa: E402
 from streamfuse.transport.fuzz import fuzz_decode, fuzz_inputs  # noqa: E402
-from streamfuse.transport.patches import TextBoxes, decode_patches, encode_patches  # noqa: E402
+from streamfuse.transport.patches import (  # noqa: E402
+    REFERENCES_HELD,
+    Reference,
+    TextBoxes,
+    decode_patches,
+    encode_patches,
+)
 from streamfuse.transport.policy import (  # noqa: E402
     DeadlineKeepPolicy,
     FixedKeepPolicy,
@@ -338,6 +345,27 @@ def document_clip(dst: Path, seconds: float, page_s: float = 4.0, fps: int = 15)
     return dst
 
 
+def code_key_frames(
+    keys: list[KeyFrame], boxes: list[list[Any]], config: TransportConfig
+) -> tuple[int, list[np.ndarray], int]:
+    """Ours on `keys` in order, as the edge codes them when every key frame is delivered (each
+    may copy unchanged patches from the one before): total bytes, the cloud's rebuilt images,
+    patches copied instead of sent."""
+    total, images, reused = 0, [], 0
+    reference: Reference | None = None
+    for k, b in zip(keys, boxes, strict=True):
+        m = encode_patches(k, b, 1.0, config, reference)
+        total += len(m.payload)
+        reused += m.reused
+        held = None if reference is None else {reference.index: reference.grey}
+        image = decode_patches(
+            m.payload, m.shape, stream_id="s", arrival_wall=0, references=held
+        ).image
+        reference = Reference(k.index, image[..., 0])
+        images.append(image)
+    return total, images, reused
+
+
 def rate_accuracy(
     clip: Path, crfs: tuple[int, ...], engine: RapidOcrEngine, config: TransportConfig
 ) -> dict[str, Any]:
@@ -347,16 +375,13 @@ def rate_accuracy(
     boxes = [detector(k.image) for k in keys]
     refs = [read(engine, k.image) for k in keys]
     rows = []
-    # The default, and full size at 4 grey levels (no `text_px` scaling): the finer point.
-    fine = config.model_copy(update={"text_px": 0, "grey_levels": 4})
+    # The default, and full size at 4 grey levels, every patch sent: the finer point.
+    fine = config.model_copy(update={"text_px": 0, "grey_levels": 4, "reuse_max_diff": 0.0})
+    reused = 0
     for name, cfg in (("ours", config), ("ours_full_size_4_levels", fine)):
-        size, hyps = 0, []
-        for k, b in zip(keys, boxes, strict=True):
-            m = encode_patches(k, b, 1.0, cfg)
-            size += len(m.payload)
-            rebuilt = decode_patches(m.payload, m.shape, stream_id="s", arrival_wall=0).image
-            hyps.append(read(engine, rebuilt))
-        rows.append((name, size, mean_cer(refs, hyps)))
+        size, images, n = code_key_frames(keys, boxes, cfg)
+        reused = reused or n
+        rows.append((name, size, mean_cer(refs, [read(engine, i) for i in images])))
     ours, ours_cer = rows[0][1], rows[0][2]
     fine_bytes, fine_cer = rows[1][1], rows[1][2]
     for q in (40, 75):
@@ -384,6 +409,7 @@ def rate_accuracy(
         log(f"  {name:<14} {size * per_min:>12.0f} B/min  CER vs local {c:.4f}")
     return {
         "key_frames": len(keys),
+        "reused_patches": reused,
         "rows": [
             {"name": n, "bytes_per_min": round(b * per_min), "cer_vs_local": round(c, 4)}
             for n, b, c in rows
@@ -447,18 +473,26 @@ async def replay(
     key_of: dict[int, int] = {}  # seq -> index of the key frame in `items`
     scales: list[float] = []
     keeps: list[float] = []
+    held: dict[int, np.ndarray] = {}  # the cloud's rebuilt key frames
+    sent_refs: deque[tuple[int, Reference]] = deque(maxlen=REFERENCES_HELD)  # the edge's
 
     async def consume() -> None:
         async for m in rx.messages():
             got[m.header.sequence] = (hashlib.sha256(m.payload).hexdigest(), now_wall())
             if m.header.modality is Modality.VIDEO_PATCHES:
-                kept[m.header.sequence] = decode_patches(
-                    m.payload, m.header.shape, stream_id="s", arrival_wall=0
+                key = decode_patches(
+                    m.payload, m.header.shape, stream_id="s", arrival_wall=0, references=held
                 )
+                kept[m.header.sequence] = key
+                held[key.index] = key.image[..., 0]  # as `CloudSource` holds them
+                while len(held) > REFERENCES_HELD:
+                    del held[next(iter(held))]
 
     consumer = asyncio.create_task(consume())
     await tx.send_reliable(Packet(kind=Kind.CONTROL, modality=Modality.JSON), b"{}", 5)
-    tx.probe()  # as the edge does after its `open`
+    # The edge's bandwidth probe, answered before the media clock starts (the edge connects
+    # before its first frame; its first key frame waits up to 1 s for the answer).
+    await tx.wait_acked(tx.probe(), 1.0)
     t0 = now_wall()
     for item in sorted(items, key=lambda i: i.t_media):
         due = t0 + item.t_media / speed
@@ -469,14 +503,23 @@ async def replay(
             key, boxes = item.key, item.boxes
             assert key is not None and boxes is not None
 
+            reference = next((r for q, r in reversed(sent_refs) if tx.acked(q)), None)
+
             def encode(
-                keep: float, text_px: int | None, key: KeyFrame = key, boxes: list[Any] = boxes
+                keep: float,
+                factor: float,
+                key: KeyFrame = key,
+                boxes: list[Any] = boxes,
+                reference: Reference | None = reference,
             ) -> Any:
-                cfg = config if text_px is None else config.model_copy(update={"text_px": text_px})
-                return encode_patches(key, boxes, keep, cfg)
+                return encode_patches(key, boxes, keep, config, reference, factor)
 
             # In a worker thread, as the edge does: the proxy and receiver share this loop.
             message = await asyncio.to_thread(policy.fit, tx.estimate(), encode)
+            ref_map = None if reference is None else {reference.index: reference.grey}
+            rebuilt = decode_patches(
+                message.payload, message.shape, stream_id="s", arrival_wall=0, references=ref_map
+            )
             scales.append(round(message.scale, 3))
             keeps.append(round(message.keep_ratio, 4))
             payload = message.payload
@@ -486,6 +529,8 @@ async def replay(
         seq = tx.send(header, payload)
         if item.key_index >= 0:
             key_of[seq] = item.key_index
+            assert item.key is not None
+            sent_refs.append((seq, Reference(item.key.index, rebuilt.image[..., 0])))
         sent[seq] = (item.modality.name, hashlib.sha256(payload).hexdigest())
     await tx.drain(config.deadline_s + 1)
     await asyncio.sleep(config.deadline_s + 0.2)
@@ -530,7 +575,7 @@ async def replay(
 
 
 def adaptive_policy(config: TransportConfig) -> KeepPolicy:
-    return DeadlineKeepPolicy(config.deadline_s, config.min_keep, text_px=config.text_px)
+    return DeadlineKeepPolicy(config.deadline_s, config.min_keep)
 
 
 def log_condition(name: str, r: dict[str, Any], t: float) -> None:
@@ -643,7 +688,7 @@ def main() -> None:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="3 CRFs, 10^5 fuzz, 2x replay (but capped links), shorter clips, one model-split "
+        help="3 CRFs, 10^5 fuzz, 3x replay (but capped links), shorter clips, one model-split "
         "window, no demo cap replays",
     )
     args = parser.parse_args()
@@ -691,13 +736,8 @@ def main() -> None:
         boxes = [detector(k.image) for k in keys]
         refs = [read(engine, k.image) for k in keys]
         rows: list[tuple[str, int, float]] = []
-        ours_bytes = 0
-        ours_hyps = []
-        for k, b in zip(keys, boxes, strict=True):
-            m = encode_patches(k, b, 1.0, config)
-            ours_bytes += len(m.payload)
-            rebuilt = decode_patches(m.payload, m.shape, stream_id="s", arrival_wall=0)
-            ours_hyps.append(read(engine, rebuilt.image))
+        ours_bytes, ours_images, ours_reused = code_key_frames(keys, boxes, config)
+        ours_hyps = [read(engine, image) for image in ours_images]
         rows.append(
             ("ours: patch tokens (packed 1 bit, scaled)", ours_bytes, mean_cer(refs, ours_hyps))
         )
@@ -732,6 +772,7 @@ def main() -> None:
         ours_total_per_min = (ours_bytes + speech_bytes) * per_min
         out.update(
             ours_video_bytes_per_min=round(ours_bytes * per_min),
+            ours_reused_patches=ours_reused,
             ours_speech_bytes_per_min=round(speech_bytes * per_min),
             speech_share=round(speech_s / duration_s, 3),
             h264_points=[
@@ -750,7 +791,7 @@ def main() -> None:
         )
 
         # 3. link replays of the real messages
-        speed = 2.0 if args.quick else 1.0
+        speed = 3.0 if args.quick else 1.0
         video_items = [
             Item(k.t_media, Modality.VIDEO_PATCHES, None, k, b, i)
             for i, (k, b) in enumerate(zip(keys, boxes, strict=True))
@@ -796,7 +837,9 @@ def main() -> None:
             t = time.perf_counter()
             secs = 10.0 if args.quick else 30.0
             doc = camera_clip(
-                document_clip(Path(tmp) / "doc.mp4", secs), Path(tmp) / "doccam.mp4", secs
+                document_clip(Path(tmp) / "doc.mp4", secs, fps=10 if args.quick else 15),
+                Path(tmp) / "doccam.mp4",
+                secs,
             )
             dkeys, _ = key_frames(doc)
         dboxes = [detector(k.image) for k in dkeys]
@@ -860,7 +903,7 @@ def main() -> None:
 
         with tempfile.TemporaryDirectory() as tmp:
             t = time.perf_counter()
-            camera = camera_clip(clip, Path(tmp) / "camera.mp4", 12.0 if args.quick else 20.0)
+            camera = camera_clip(clip, Path(tmp) / "camera.mp4", 10.0 if args.quick else 20.0)
             log(f"camera-like clip ({time.perf_counter() - t:.0f} s to make): vision path")
             out["camera"] = rate_accuracy(
                 camera, (28, 38, 46) if args.quick else (23, 28, 33, 38, 43, 48), engine, config

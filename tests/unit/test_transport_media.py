@@ -8,6 +8,7 @@ import dataclasses
 import lzma
 
 import av
+import cv2
 import numpy as np
 import pytest
 from hypothesis import given
@@ -20,8 +21,10 @@ from streamfuse.transport.config import TransportConfig
 from streamfuse.transport.patches import (
     _LZMA_FILTERS,
     _MAX_BODY,
+    Reference,
     decode_patches,
     encode_patches,
+    global_shift,
     noise_sigma,
     rle_decode,
     rle_encode,
@@ -169,6 +172,54 @@ def test_large_text_is_sent_scaled_down_and_rebuilt_at_full_size() -> None:
     assert (rebuilt.image[130:180, :, 0] > 200).all()
 
 
+def test_unchanged_patches_are_copied_from_the_clouds_last_key_frame_across_a_camera_shift() -> (
+    None
+):
+    frame, boxes = _big_text_slide()
+    config = TransportConfig(text_px=0)
+    first = encode_patches(frame, boxes, 1.0, config)
+    held = decode_patches(first.payload, first.shape, stream_id="s", arrival_wall=0.0)
+    reference = Reference(frame.index, held.image[..., 0])
+    # The camera moved 3 px right, 2 px down; sensor noise; nothing else changed.
+    noise = np.random.default_rng(5).normal(0, 2, frame.image.shape)
+    moved = np.clip(np.roll(frame.image, (2, 3), axis=(0, 1)) + noise, 0, 255).astype(np.uint8)
+    shift = global_shift(cv2.cvtColor(moved, cv2.COLOR_RGB2GRAY), reference.grey)
+    assert shift is not None and shift == (pytest.approx(3, abs=0.5), pytest.approx(2, abs=0.5))
+    moved_boxes = [(x0 + 3, y0 + 2, x1 + 3, y1 + 2) for x0, y0, x1, y1 in boxes]
+    again = dataclasses.replace(frame, image=moved, index=9)
+    second = encode_patches(again, moved_boxes, 1.0, config, reference)
+    assert second.reused > 0.8 * second.candidates and len(second.payload) < len(first.payload) / 3
+    rebuilt = decode_patches(
+        second.payload,
+        second.shape,
+        stream_id="s",
+        arrival_wall=0.0,
+        references={frame.index: reference.grey},
+    )
+    ink = moved[..., 0] < 128
+    assert ((rebuilt.image[..., 0] < 128) == ink).mean() > 0.97
+    with pytest.raises(WireError, match="not held"):
+        decode_patches(second.payload, second.shape, stream_id="s", arrival_wall=0.0)
+    # A line that changed is sent, not copied.
+    changed = moved.copy()
+    x0, y0, x1, y1 = moved_boxes[1]
+    changed[y0:y1, x0:x1] = 235
+    changed[y0 + 10 : y1 - 10, x0 + 20 : x1 - 20 : 3] = 20
+    third = encode_patches(
+        dataclasses.replace(again, image=changed, index=10), moved_boxes, 1.0, config, reference
+    )
+    rebuilt = decode_patches(
+        third.payload,
+        third.shape,
+        stream_id="s",
+        arrival_wall=0.0,
+        references={frame.index: reference.grey},
+    )
+    assert third.kept > second.kept
+    line = (slice(y0, y1), slice(x0, x1), 0)
+    assert ((rebuilt.image[line] < 128) == (changed[line] < 128)).mean() > 0.95
+
+
 def test_patch_payloads_that_inflate_too_far_or_scale_too_far_are_wire_errors() -> None:
     bomb = lzma.compress(b"\0" * (_MAX_BODY + 1000), format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS)
     with pytest.raises(WireError, match="inflates"):
@@ -251,7 +302,7 @@ def test_noisy_frames_are_denoised_before_quantization_and_clean_ones_are_not() 
     assert noise_sigma(clean) == 0.0 and noise_sigma(noisy.astype(np.uint8)) > 2.0
     grain = np.random.default_rng(2).normal(0, 4, frame.image.shape)
     camera = dataclasses.replace(frame, image=np.clip(frame.image + grain, 0, 255).astype(np.uint8))
-    on, off = TransportConfig(), TransportConfig(denoise_px=0)
+    on, off = TransportConfig(denoise_px=3), TransportConfig(denoise_px=0)
     assert len(encode_patches(camera, boxes, 1.0, on).payload) < len(
         encode_patches(camera, boxes, 1.0, off).payload
     )

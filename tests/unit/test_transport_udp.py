@@ -186,41 +186,40 @@ def test_a_probe_measures_a_slow_link_and_its_fragments_are_not_nacked_before_th
 
 
 class _Coder:
-    """A stand-in for `encode_patches`: bytes grow with the text size and the keep ratio."""
+    """A stand-in for `encode_patches`: bytes grow with the scale squared and the keep ratio."""
 
-    def __init__(self, full_bytes: int, full_keep: float = 0.5, text_px: int = 26) -> None:
-        self.full_bytes, self.full_keep, self.text_px = full_bytes, full_keep, text_px
-        self.calls: list[tuple[float, int | None]] = []
+    def __init__(self, full_bytes: int, full_keep: float = 0.5) -> None:
+        self.full_bytes, self.full_keep = full_bytes, full_keep
+        self.calls: list[tuple[float, float]] = []
 
-    def __call__(self, keep: float, text_px: int | None) -> PatchMessage:
-        self.calls.append((keep, text_px))
-        px = self.text_px if text_px is None else text_px
+    def __call__(self, keep: float, factor: float) -> PatchMessage:
+        self.calls.append((keep, factor))
         share = min(1.0, keep / self.full_keep)
-        size = round(self.full_bytes * (px / self.text_px) ** 2 * share)
-        return PatchMessage(bytes(size), (10, 10, 16), min(keep, self.full_keep), 1, 1, px / 40)
+        size = round(self.full_bytes * factor**2 * share)
+        return PatchMessage(bytes(size), (10, 10, 16), min(keep, self.full_keep), 1, 1, factor)
 
 
 def test_the_deadline_policy_sends_coarser_before_it_cuts_text_and_counts_the_queue() -> None:
-    policy = DeadlineKeepPolicy(deadline_s=1.5, min_keep=0.05, headroom=1.0, text_px=26)
+    policy = DeadlineKeepPolicy(deadline_s=1.5, min_keep=0.05, headroom=1.0)
     fast = LinkEstimate(srtt_s=0.1, rto_s=0.3, loss=0.0, bandwidth_bps=5e6)
     assert len(policy.fit(fast, _Coder(30_000)).payload) == 30_000  # fits: as it is
     unknown = LinkEstimate(srtt_s=None, rto_s=1.0, loss=0.0, bandwidth_bps=None)
     assert len(policy.fit(unknown, _Coder(30_000)).payload) == 30_000
-    # 200 kbit/s, 1.4 s after the round trip: 35 KB. A 40 KB frame goes at 0.8 x text size
+    # 200 kbit/s, 1.4 s after the round trip: 35 KB. A 40 KB frame goes 0.8 x smaller
     # (25.6 KB), every text patch kept.
     slow = LinkEstimate(srtt_s=0.1, rto_s=0.3, loss=0.0, bandwidth_bps=200_000)
     coarser = policy.fit(slow, _Coder(40_000))
     assert coarser.keep_ratio == 0.5 and len(coarser.payload) <= 35_000
-    assert coarser.scale == pytest.approx(21 / 40)
+    assert coarser.scale == pytest.approx(0.8)
     # 10 KB already queued ahead take 0.4 s of it: the same frame now needs the 0.65 step.
     queued = LinkEstimate(0.1, 0.3, 0.0, 200_000, queued_bytes=10_000)
-    assert policy.fit(queued, _Coder(40_000)).scale == pytest.approx(17 / 40)
+    assert policy.fit(queued, _Coder(40_000)).scale == pytest.approx(0.65)
     # Far over budget even at the coarsest step: cut to the most important patches there.
     coder = _Coder(200_000)
     cut = policy.fit(slow, coder)
     assert cut.keep_ratio < 0.5 and len(cut.payload) <= 35_000
-    assert coder.calls[-1][1] == 17
+    assert coder.calls[-1][1] == 0.65
     # The fixed ratio codes the frame as configured whatever the link (no coarser step).
     fixed_coder = _Coder(200_000)
     assert len(FixedKeepPolicy(0.7).fit(slow, fixed_coder).payload) == 200_000
-    assert {px for _keep, px in fixed_coder.calls} == {None}
+    assert {factor for _keep, factor in fixed_coder.calls} == {1.0}

@@ -27,7 +27,7 @@ from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, AudioFrame, ErrorFrame, Fram
 from streamfuse.sinks.base import EventSink
 from streamfuse.sources.media import MediaSource
 from streamfuse.transport.config import TransportConfig
-from streamfuse.transport.patches import decode_patches
+from streamfuse.transport.patches import REFERENCES_HELD, decode_patches
 from streamfuse.transport.speech import SpeechDecoder
 from streamfuse.transport.tcp import DualReceiver, TcpReceiver
 from streamfuse.transport.udp import Message, UdpReceiver
@@ -68,6 +68,7 @@ class CloudSource(MediaSource):
         self._audio_t = 0.0  # media time of the next audio window
         self._audio_buf = np.zeros(0, dtype=np.float32)
         self._n_windows = 0
+        self._refs: dict[int, np.ndarray] = {}  # key frame index -> rebuilt grey
         #: Where `link` records go as they are made (the cloud's, and the edge's as relayed).
         self.on_record = on_record
         self.report_every_s = report_every_s
@@ -172,14 +173,19 @@ class CloudSource(MediaSource):
     def _frames_of(self, m: Message) -> list[Frame]:
         if m.header.modality is Modality.VIDEO_PATCHES and self.has_video:
             self.video_messages += 1
-            return [
-                decode_patches(
-                    m.payload,
-                    m.header.shape,
-                    stream_id=self.stream_id,
-                    arrival_wall=m.complete_wall,
-                )
-            ]
+            key = decode_patches(
+                m.payload,
+                m.header.shape,
+                stream_id=self.stream_id,
+                arrival_wall=m.complete_wall,
+                references=self._refs,
+            )
+            # Later key frames may copy unchanged patches from this one (the edge refers only
+            # to the last REFERENCES_HELD it sent).
+            self._refs[key.index] = key.image[..., 0]
+            while len(self._refs) > REFERENCES_HELD:
+                del self._refs[next(iter(self._refs))]
+            return [key]
         if m.header.modality is Modality.AUDIO_OPUS and self.has_audio:
             self.audio_messages += 1
             t, samples = self._speech.decode(m.payload)

@@ -31,6 +31,14 @@ class TransportConfig(BaseModel):
         description="The frame is sent scaled so its smallest detected text line is this tall "
         "(never enlarged; 0: always full size). The recognizer reads lines at 48 px.",
     )
+    noisy_text_px: int = Field(
+        0,
+        ge=0,
+        le=256,
+        description="`text_px` for noisy (camera) frames, 0: full size. Scaling a noisy "
+        "picture down smears the strokes the 1-bit coding needs: on the camera-like clip OCR "
+        "lost 0.7 points at text_px 26 (docs/edge-cloud.md).",
+    )
     min_scale: float = Field(
         0.25, gt=0.0, le=1.0, description="The smallest scale `text_px` may choose."
     )
@@ -43,15 +51,24 @@ class TransportConfig(BaseModel):
         "OCR within 1 point of the original frames' (docs/edge-cloud.md).",
     )
     denoise_px: int = Field(
-        3,
+        0,
         ge=0,
         le=9,
         description="Gaussian blur kernel (odd px, 0: off) before the grey quantization of a "
         "noisy frame (a camera's): sensor noise would otherwise flip pixels between levels and "
-        "defeat the coding. Clean (rendered) frames are never blurred.",
+        "defeat the coding. Clean (rendered) frames are never blurred. Off by default: on the "
+        "camera-like clip it saved bytes but cost OCR 0.5 points.",
     )
     denoise_min_sigma: float = Field(
         1.0, ge=0.0, le=50.0, description="Estimated noise (grey levels) from which to blur."
+    )
+    reuse_max_diff: float = Field(
+        0.05,
+        ge=0.0,
+        le=0.5,
+        description="A text patch that matches the cloud's copy of an earlier key frame "
+        "(after the camera's global shift) to within this share of pixels is not sent again "
+        "(0: always send every patch).",
     )
     jpeg_quality: int = Field(85, ge=10, le=100, description="JPEG quality of the patch atlas.")
     det_max_side_px: int = Field(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -25,7 +26,14 @@ from streamfuse.sources.config import SourceConfig
 from streamfuse.sources.media import MediaSource
 from streamfuse.testing.netfault import FaultConfig, FaultProxy
 from streamfuse.transport.config import TransportConfig
-from streamfuse.transport.patches import PatchMessage, TextBoxes, encode_patches
+from streamfuse.transport.patches import (
+    REFERENCES_HELD,
+    PatchMessage,
+    Reference,
+    TextBoxes,
+    decode_patches,
+    encode_patches,
+)
 from streamfuse.transport.policy import make_keep_policy
 from streamfuse.transport.speech import SpeechChunk, SpeechEncoder
 from streamfuse.transport.tcp import TcpSender, open_link
@@ -53,6 +61,8 @@ class EdgeReport:
     audio_s: float = 0.0
     media_s: float = 0.0
     keep_ratios: list[float] = field(default_factory=list)
+    #: Text patches not sent because the cloud had them from an earlier key frame.
+    reused_patches: int = 0
     #: Scale each key frame was sent at (1.0: full size; see `TransportConfig.text_px`).
     scales: list[float] = field(default_factory=list)
     #: The edge's `link` events (the same records it relays to the cloud), oldest first.
@@ -112,6 +122,9 @@ class Edge:
         self._next_report_t = config.link_report_s
         self._last_keep: float | None = None
         self._last_scale: float | None = None
+        self._probe: int | None = None
+        #: (sequence, rebuilt key frame) of the last key frames sent: the cloud holds as many.
+        self._sent_refs: deque[tuple[int, Reference]] = deque(maxlen=REFERENCES_HELD)
 
     async def open(self, info: dict[str, Any], timeout_s: float = 10.0) -> None:
         """Open the stream on the cloud (`info`: stream id, tracks, size) over this sender."""
@@ -125,7 +138,14 @@ class Edge:
         self.report.stream_id = str(info.get("stream_id", "main"))
         self.report.link_kind = "tcp" if isinstance(self.sender, TcpSender) else "udp"
         # A bandwidth sample before the first key frame, so the policy sizes that one too.
-        self.sender.probe()
+        self._probe = self.sender.probe()
+
+    def _reference(self) -> Reference | None:
+        """The newest key frame the cloud acknowledged among the last it holds."""
+        for seq, reference in reversed(self._sent_refs):
+            if self.sender.acked(seq):
+                return reference
+        return None
 
     async def video(self, frame: VideoFrame) -> None:
         decision = self.tracker.update(frame)
@@ -135,12 +155,13 @@ class Edge:
     async def key_frame(self, key: KeyFrame) -> None:
         with _tracer.start_as_current_span("edge.key_frame", attributes={"t_media": key.t_media}):
             boxes = await asyncio.to_thread(self.detector, key.image)
+            if self._probe is not None:  # size the first key frame from a measured link
+                await self.sender.wait_acked(self._probe, 1.0)
+                self._probe = None
+            reference = self._reference()
 
-            def encode(keep: float, text_px: int | None) -> PatchMessage:
-                config = self.config
-                if text_px is not None:
-                    config = config.model_copy(update={"text_px": text_px})
-                return encode_patches(key, boxes, keep, config)
+            def encode(keep: float, factor: float) -> PatchMessage:
+                return encode_patches(key, boxes, keep, self.config, reference, factor)
 
             link = self.sender.estimate()
             message = await asyncio.to_thread(self.policy.fit, link, encode)
@@ -156,7 +177,19 @@ class Edge:
                 ),
                 message.payload,
             )
+        # What the cloud will rebuild, for later key frames to copy unchanged patches from.
+        held = None if reference is None else {reference.index: reference.grey}
+        rebuilt = await asyncio.to_thread(
+            decode_patches,
+            message.payload,
+            message.shape,
+            stream_id=key.stream_id,
+            arrival_wall=0.0,
+            references=held,
+        )
+        self._sent_refs.append((seq, Reference(key.index, rebuilt.image[..., 0])))
         self.report.key_frames += 1
+        self.report.reused_patches += message.reused
         self.report.video_bytes += len(message.payload)
         self.report.keep_ratios.append(round(message.keep_ratio, 4))
         self.report.scales.append(round(message.scale, 4))
@@ -235,8 +268,10 @@ class Edge:
             await self.key_frame(make_key_frame(frame, decision))
         for chunk in self.speech.flush():
             self._send_speech(chunk)
-        await self.sender.drain(self.config.deadline_s + 1.0)
         self.report_link(final=True)
+        # Everything, the last report too, delivered (or past its deadline) before the end:
+        # the sender's socket closes after it and could not repair a loss any more.
+        await self.sender.drain(self.config.deadline_s + 1.0)
         body = json.dumps({"op": "end", "audio_end_s": self.audio_end_s}).encode()
         await self.sender.send_reliable(
             Packet(kind=Kind.CONTROL, modality=Modality.JSON), body, timeout_s

@@ -17,6 +17,7 @@ import json
 import lzma
 import math
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,8 @@ class PatchMessage:
     candidates: int
     #: The scale the frame was sent at (`text_scale`); the cloud enlarges it back.
     scale: float = 1.0
+    #: Patches not sent: the cloud copies them from the reference key frame.
+    reused: int = 0
 
 
 def importance(
@@ -133,15 +136,16 @@ def rle_decode(data: bytes, n_bits: int) -> np.ndarray:
     return bits
 
 
-def text_scale(text_boxes: list[BBox], config: TransportConfig) -> float:
+def text_scale(text_boxes: list[BBox], config: TransportConfig, *, noisy: bool = False) -> float:
     """The scale the frame is sent at: its smallest text line (detected box height, boxes under
     8 px ignored as noise) comes out `text_px` tall, never enlarged, never under `min_scale`.
     The cloud's recognizer resizes every line to 48 px anyway: pixels beyond what the glyphs
     need are bytes spent on nothing."""
     heights = [y1 - y0 for _x0, y0, _x1, y1 in text_boxes if y1 - y0 >= 8]
-    if config.text_px <= 0 or not heights:
+    target = config.noisy_text_px if noisy else config.text_px
+    if target <= 0 or not heights:
         return 1.0
-    return max(config.min_scale, min(1.0, config.text_px / min(heights)))
+    return max(config.min_scale, min(1.0, target / min(heights)))
 
 
 def _pack(indices: np.ndarray, bits: int) -> bytes:
@@ -171,6 +175,58 @@ def _bits(levels: int) -> int:
     return 1 if levels <= 2 else 2 if levels <= 4 else 4
 
 
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """A key frame the cloud holds: its index and its rebuilt grey image (full size)."""
+
+    index: int
+    grey: np.ndarray
+
+
+#: The cloud keeps this many rebuilt key frames for later ones to copy patches from; the edge
+#: refers only to one of its last this many key frames (older ones may be gone there).
+REFERENCES_HELD = 4
+#: Largest camera shift (pixels) between key frames that patches are still copied across.
+MAX_SHIFT_PX = 24.0
+
+
+def global_shift(grey: np.ndarray, reference: np.ndarray) -> tuple[float, float] | None:
+    """(dx, dy) that moves `reference` onto `grey` (phase correlation on a half-size copy,
+    sub-pixel), or None when no clear single shift explains the difference (a new picture)."""
+    a = cv2.resize(grey, None, fx=0.5, fy=0.5, interpolation=cv2.INTER_AREA).astype(np.float32)
+    b = cv2.resize(reference, None, fx=0.5, fy=0.5, interpolation=cv2.INTER_AREA)
+    window = cv2.createHanningWindow((a.shape[1], a.shape[0]), cv2.CV_32F)
+    (dx, dy), response = cv2.phaseCorrelate(b.astype(np.float32), a, window)
+    if response < 0.05 or abs(dx) * 2 > MAX_SHIFT_PX or abs(dy) * 2 > MAX_SHIFT_PX:
+        return None
+    return 2.0 * dx, 2.0 * dy
+
+
+def _shifted(grey: np.ndarray, shift: tuple[float, float], size: tuple[int, int]) -> np.ndarray:
+    """`grey` moved by `shift` (bilinear, edges repeated), then resized to `size` (w, h)."""
+    h, w = grey.shape
+    m = np.array([[1, 0, shift[0]], [0, 1, shift[1]]], dtype=np.float32)
+    moved = cv2.warpAffine(grey, m, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    if size != (w, h):
+        moved = cv2.resize(moved, size, interpolation=cv2.INTER_AREA)
+    return moved
+
+
+def _matches(new: np.ndarray, old: np.ndarray, max_diff: float) -> np.ndarray:
+    """Per patch pair: would the cloud's copy read as the new patch? Both cut at the new
+    patch's mid-grey; at most `max_diff` of the pixels may fall on the other side, and the
+    copy must have (at least half) the new patch's contrast (ink where there is ink)."""
+    lo = new.min(axis=(1, 2)).astype(np.int16)
+    hi = new.max(axis=(1, 2)).astype(np.int16)
+    mid = ((lo + hi) // 2)[:, None, None]
+    differ = ((new > mid) != (old > mid)).mean(axis=(1, 2))
+    span_old = old.max(axis=(1, 2)).astype(np.int16) - old.min(axis=(1, 2))
+    flat = (hi - lo) < 24  # paper only: the copy must be paper of about the same grey too
+    same_paper = np.abs(old.mean(axis=(1, 2)) - new.mean(axis=(1, 2))) < 12
+    ink = (differ <= max_diff) & (span_old * 2 >= hi - lo)
+    return np.where(flat, same_paper & (span_old < 24), ink)
+
+
 #: LZMA2 over the whole message body: the per-patch pixels of text repeat (the same glyph
 #: strokes, the same paper), which a long-window coder finds and deflate's 32 KB window less so.
 #: Preset 6: on 1080p text, as small as 9 or 9-extreme (within 1%) at 60% of their time.
@@ -181,20 +237,32 @@ _MAX_BODY = 4096 * 2304 + 65_536
 
 
 def encode_patches(
-    frame: KeyFrame, text_boxes: list[BBox], keep_ratio: float, config: TransportConfig
+    frame: KeyFrame,
+    text_boxes: list[BBox],
+    keep_ratio: float,
+    config: TransportConfig,
+    reference: Reference | None = None,
+    scale_factor: float = 1.0,
 ) -> PatchMessage:
+    """`reference`: a key frame the cloud holds; patches that match it (after the camera's
+    global shift) are not sent but copied from it there. `scale_factor`: the frame goes this
+    much smaller than `text_scale` says (the keep policy's coarser steps)."""
     p = config.patch_px
     w, h = frame.size
-    scale = text_scale(text_boxes, config)
-    sw, sh = max(1, round(w * scale)), max(1, round(h * scale))
     grey = cv2.cvtColor(frame.image, cv2.COLOR_RGB2GRAY)
-    if (
-        config.denoise_px > 1
-        and config.grey_levels < 256
-        and noise_sigma(grey) >= config.denoise_min_sigma
-    ):
+    noisy = noise_sigma(grey) >= config.denoise_min_sigma
+    scale = max(config.min_scale, text_scale(text_boxes, config, noisy=noisy) * scale_factor)
+    sw, sh = max(1, round(w * scale)), max(1, round(h * scale))
+    if config.denoise_px > 1 and config.grey_levels < 256 and noisy:
         k_px = config.denoise_px | 1
         grey = cv2.GaussianBlur(grey, (k_px, k_px), 0)
+    shifted: np.ndarray | None = None
+    shift = (0.0, 0.0)
+    if reference is not None and config.reuse_max_diff > 0 and reference.grey.shape == (h, w):
+        found = global_shift(grey, reference.grey)
+        if found is not None:
+            shift = found
+            shifted = _shifted(reference.grey, shift, (sw, sh))
     if (sw, sh) != (w, h):
         grey = cv2.resize(grey, (sw, sh), interpolation=cv2.INTER_AREA)
         sx, sy = sw / w, sh / h
@@ -219,6 +287,16 @@ def encode_patches(
     padded = np.full((rows * p, cols * p), background, dtype=np.uint8)
     padded[:sh, :sw] = grey
     tiles = padded.reshape(rows, p, cols, p).transpose(0, 2, 1, 3).reshape(rows * cols, p, p)
+    reuse = np.zeros(flat.size, dtype=bool)
+    if shifted is not None and k:
+        ref_pad = np.full((rows * p, cols * p), background, dtype=np.uint8)
+        ref_pad[:sh, :sw] = shifted
+        ref_tiles = ref_pad.reshape(rows, p, cols, p).transpose(0, 2, 1, 3).reshape(-1, p, p)
+        cells = np.flatnonzero(keep)
+        same = _matches(tiles[cells], ref_tiles[cells], config.reuse_max_diff)
+        reuse[cells[same]] = True
+        keep &= ~reuse
+        k = int(keep.sum())
     kept = tiles[keep]
     lo = kept.min(axis=(1, 2)) if k else np.zeros(0, dtype=np.uint8)
     hi = kept.max(axis=(1, 2)) if k else np.zeros(0, dtype=np.uint8)
@@ -268,21 +346,30 @@ def encode_patches(
         "levels": levels,
         "codec": codec,
     }
+    if reuse.any():
+        assert reference is not None
+        meta["ref"] = reference.index
+        meta["shift"] = [round(shift[0], 2), round(shift[1], 2)]
     meta_b = json.dumps(meta, separators=(",", ":")).encode()
     mask = rle_encode(keep)
+    reused = rle_encode(reuse) if reuse.any() else b""
     body = b"".join(
         [
             struct.pack("!I", len(meta_b)),
             meta_b,
             struct.pack("!I", len(mask)),
             mask,
+            struct.pack("!I", len(reused)),
+            reused,
             lo.astype(np.uint8).tobytes(),
             hi.astype(np.uint8).tobytes(),
             atlas,
         ]
     )
     payload = lzma.compress(body, format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS)
-    return PatchMessage(payload, (rows, cols, p), k / flat.size, k, candidates, scale)
+    return PatchMessage(
+        payload, (rows, cols, p), k / flat.size, k, candidates, scale, int(reuse.sum())
+    )
 
 
 def _atlas(tiles: np.ndarray, p: int, fill: int) -> np.ndarray:
@@ -303,9 +390,15 @@ def _tiles(atlas: np.ndarray, k: int, p: int) -> np.ndarray:
 
 
 def decode_patches(
-    payload: bytes, shape: tuple[int, ...], *, stream_id: str, arrival_wall: float
+    payload: bytes,
+    shape: tuple[int, ...],
+    *,
+    stream_id: str,
+    arrival_wall: float,
+    references: Mapping[int, np.ndarray] | None = None,
 ) -> KeyFrame:
-    """The key frame rebuilt from a VIDEO_PATCHES message (raises `WireError` if malformed)."""
+    """The key frame rebuilt from a VIDEO_PATCHES message (raises `WireError` if malformed,
+    or if it copies patches from a key frame not in `references`: index -> rebuilt grey)."""
     if len(shape) != 3:
         raise WireError(f"patch message shape {shape} (expected rows, cols, patch px)")
     rows, cols, p = shape
@@ -323,6 +416,18 @@ def decode_patches(
         keep = rle_decode(body[start : start + n_mask], rows * cols)
         k = int(keep.sum())
         start += n_mask
+        (n_reuse,) = struct.unpack_from("!I", body, start)
+        start += 4
+        reuse = (
+            rle_decode(body[start : start + n_reuse], rows * cols)
+            if n_reuse
+            else np.zeros(rows * cols, dtype=bool)
+        )
+        start += n_reuse
+        ref_index = None if meta.get("ref") is None else int(meta["ref"])
+        shift = None
+        if ref_index is not None:
+            shift = (float(meta["shift"][0]), float(meta["shift"][1]))
         lo = np.frombuffer(body[start : start + k], dtype=np.uint8)
         hi = np.frombuffer(body[start + k : start + 2 * k], dtype=np.uint8)
         if len(hi) != k:
@@ -340,7 +445,18 @@ def decode_patches(
         raise WireError(f"patch message scales {sw}x{sh} to {w}x{h}: out of range")
     if not 2 <= levels <= 256:
         raise WireError(f"patch message with {levels} grey levels")
+    if (keep & reuse).any() or (reuse.any() and ref_index is None):
+        raise WireError("patch message: sent and reused patches overlap, or no reference")
     canvas = np.full((rows * cols, p, p), bg, dtype=np.uint8)
+    if reuse.any():
+        held = None if references is None or ref_index is None else references.get(ref_index)
+        if held is None or held.shape != (h, w):
+            raise WireError(f"patch message copies from key frame {ref_index}, not held here")
+        assert shift is not None
+        ref_pad = np.full((rows * p, cols * p), bg, dtype=np.uint8)
+        ref_pad[:sh, :sw] = _shifted(held, shift, (sw, sh))
+        ref_tiles = ref_pad.reshape(rows, p, cols, p).transpose(0, 2, 1, 3).reshape(-1, p, p)
+        canvas[reuse] = ref_tiles[reuse]
     if k:
         if codec == "packed":
             if levels > 16:
@@ -427,8 +543,11 @@ class TextBoxes:
 
 
 __all__ = [
+    "REFERENCES_HELD",
     "PatchMessage",
+    "Reference",
     "TextBoxes",
+    "global_shift",
     "decode_patches",
     "encode_patches",
     "importance",

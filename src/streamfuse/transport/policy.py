@@ -5,7 +5,7 @@ else 70%. `DeadlineKeepPolicy` (the default): the bytes the measured bottleneck 
 delivers within the deadline, after the bytes already queued ahead and the round trips loss
 repair costs; a frame over that budget is first sent coarser (smaller), then cut to its most
 important patches. `FixedKeepPolicy`: a constant ratio. Every policy answers `fit(link, encode)`
-with the message to send; `encode(keep_ratio, text_px)` codes the key frame.
+with the message to send; `encode(keep_ratio, scale_factor)` codes the key frame.
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from streamfuse.transport.config import TransportConfig
 from streamfuse.transport.patches import PatchMessage
 from streamfuse.transport.udp import LinkEstimate
 
-#: `encode(keep_ratio, text_px)`: the key frame's patch message (text_px None: the config's).
-Encoder = Callable[[float, int | None], PatchMessage]
+#: `encode(keep_ratio, scale_factor)`: the key frame's patch message, `scale_factor` times
+#: smaller than the config's `text_px` makes it.
+Encoder = Callable[[float, float], PatchMessage]
 
 
 class KeepPolicy(ABC):
@@ -30,9 +31,9 @@ class KeepPolicy(ABC):
 
     def fit(self, link: LinkEstimate, encode: Encoder) -> PatchMessage:
         """The message to send: every text patch, cut to `keep` of the grid."""
-        full = encode(1.0, None)
+        full = encode(1.0, 1.0)
         keep = self.keep(link, len(full.payload), full.keep_ratio)
-        return full if keep >= full.keep_ratio else encode(keep, None)
+        return full if keep >= full.keep_ratio else encode(keep, 1.0)
 
 
 class FixedKeepPolicy(KeepPolicy):
@@ -60,9 +61,9 @@ class DeadlineKeepPolicy(KeepPolicy):
     - the time the bytes already queued ahead take), the expected loss's retransmissions paid
     from it, and `1 - headroom` of it held back for speech and estimation error.
 
-    Over budget, the frame is first sent smaller (`text_px` x each of `coarser`: its smallest
-    text line that many pixels tall; the recognizer loses little until glyphs get very small),
-    and only then cut to its most important patches (lost text is lost for good)."""
+    Over budget, the frame is first sent smaller (each of `coarser` times the size
+    `TransportConfig.text_px` gives; the recognizer loses little on the first step), and only
+    then cut to its most important patches (lost text is lost for good)."""
 
     name = "deadline"
 
@@ -72,13 +73,11 @@ class DeadlineKeepPolicy(KeepPolicy):
         min_keep: float,
         headroom: float = 0.7,
         *,
-        text_px: int = 26,
         coarser: tuple[float, ...] = (0.8, 0.65),
     ) -> None:
         self.deadline_s = deadline_s
         self.min_keep = min_keep
         self.headroom = headroom
-        self.text_px = text_px
         self.coarser = coarser
 
     def budget_bytes(self, link: LinkEstimate) -> float | None:
@@ -100,20 +99,17 @@ class DeadlineKeepPolicy(KeepPolicy):
         return max(self.min_keep, min(full_keep, full_keep * share))
 
     def fit(self, link: LinkEstimate, encode: Encoder) -> PatchMessage:
-        full = encode(1.0, None)
+        full = encode(1.0, 1.0)
         budget = self.budget_bytes(link)
         if budget is None or len(full.payload) <= budget:
             return full
-        smallest = full
-        if self.text_px > 0:
-            for factor in self.coarser:
-                smallest = encode(1.0, max(1, round(self.text_px * factor)))
-                if len(smallest.payload) <= budget:
-                    return smallest
+        smallest, factor = full, 1.0
+        for factor in self.coarser:
+            smallest = encode(1.0, factor)
+            if len(smallest.payload) <= budget:
+                return smallest
         keep = self.keep(link, len(smallest.payload), smallest.keep_ratio)
-        if keep >= smallest.keep_ratio:
-            return smallest
-        return encode(keep, None if smallest is full else round(self.text_px * self.coarser[-1]))
+        return smallest if keep >= smallest.keep_ratio else encode(keep, factor)
 
 
 def make_keep_policy(config: TransportConfig) -> KeepPolicy:
@@ -121,7 +117,7 @@ def make_keep_policy(config: TransportConfig) -> KeepPolicy:
         return ArticleKeepPolicy()
     if config.keep_policy == "fixed":
         return FixedKeepPolicy(config.fixed_keep)
-    return DeadlineKeepPolicy(config.deadline_s, config.min_keep, text_px=config.text_px)
+    return DeadlineKeepPolicy(config.deadline_s, config.min_keep)
 
 
 __all__ = [

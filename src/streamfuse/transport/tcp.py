@@ -85,6 +85,8 @@ class TcpSender:
         self.send_wall: dict[int, float] = {}
         self._reader, self._writer = reader, writer
         self._seq = 0
+        self._acked: set[int] = set()
+        self._waiters: dict[int, asyncio.Future[None]] = {}
         self._out: dict[int, _Pending] = {}
         self._idle = asyncio.Event()
         self._idle.set()
@@ -102,6 +104,28 @@ class TcpSender:
         except (OSError, TimeoutError) as e:
             raise TransportError(f"cannot open a TCP connection to {host}:{port}: {e}") from e
         return cls(reader, writer, config, stream)
+
+    def acked(self, seq: int) -> bool:
+        """Whether the cloud acknowledged message `seq` (one of the last few hundred)."""
+        return seq in self._acked
+
+    def _note_acked(self, seq: int) -> None:
+        self._acked.add(seq)
+        if len(self._acked) > 512:
+            self._acked = {s for s in self._acked if s > seq - 256}
+
+    async def wait_acked(self, seq: int, timeout_s: float) -> bool:
+        """Wait (at most `timeout_s`) until message `seq` is acknowledged or given up."""
+        if seq in self._out:
+            fut = self._waiters.setdefault(seq, asyncio.get_running_loop().create_future())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        return self.acked(seq)
+
+    def _wake(self, seq: int) -> None:
+        waiter = self._waiters.pop(seq, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def estimate(self) -> LinkEstimate:
         queued = sum(p.size for p in self._out.values())
@@ -197,8 +221,10 @@ class TcpSender:
                 continue
             self.stats.acks += 1
             pending = self._out.pop(p.sequence, None)
+            self._wake(p.sequence)
             if pending is None:
                 continue
+            self._note_acked(p.sequence)
             if not self._out:
                 self._idle.set()
             if pending.acked is not None and not pending.acked.done():

@@ -204,6 +204,8 @@ class UdpSender(_UdpEnd):
         #: Sequence -> wall time it was first sent (the newest `_SEND_LOG` messages).
         self.send_wall: dict[int, float] = {}
         self._seq = 0
+        self._acked: set[int] = set()
+        self._waiters: dict[int, asyncio.Future[None]] = {}
         self._out: dict[int, _Out] = {}
         self._idle = asyncio.Event()  # set while nothing is outstanding
         self._idle.set()
@@ -219,6 +221,28 @@ class UdpSender(_UdpEnd):
         sender = cls(config or TransportConfig(), stream)
         await sender._open(f"cannot open a UDP socket to {host}:{port}", remote_addr=(host, port))
         return sender
+
+    def acked(self, seq: int) -> bool:
+        """Whether the cloud acknowledged message `seq` (one of the last few hundred)."""
+        return seq in self._acked
+
+    def _note_acked(self, seq: int) -> None:
+        self._acked.add(seq)
+        if len(self._acked) > 512:
+            self._acked = {s for s in self._acked if s > seq - 256}
+
+    async def wait_acked(self, seq: int, timeout_s: float) -> bool:
+        """Wait (at most `timeout_s`) until message `seq` is acknowledged or given up."""
+        if seq in self._out:
+            fut = self._waiters.setdefault(seq, asyncio.get_running_loop().create_future())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        return self.acked(seq)
+
+    def _wake(self, seq: int) -> None:
+        waiter = self._waiters.pop(seq, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def estimate(self) -> LinkEstimate:
         queued = sum(out.size for out in self._out.values())
@@ -311,6 +335,7 @@ class UdpSender(_UdpEnd):
 
     def _forget(self, seq: int) -> None:
         del self._out[seq]
+        self._wake(seq)
         if not self._out:
             self._idle.set()
 
@@ -368,6 +393,7 @@ class UdpSender(_UdpEnd):
             if out is None:
                 return  # a duplicate ACK
             self._forget(p.sequence)
+            self._note_acked(p.sequence)
             if out.acked is not None and not out.acked.done():
                 out.acked.set_result(None)
             if not out.retransmitted:  # Karn: no RTT sample from a retransmitted message
