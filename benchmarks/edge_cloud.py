@@ -3,13 +3,16 @@
 Side by side in one run (docs/edge-cloud.md explains each figure):
 1. local run (`build_pipeline`) and a split run (`run_edge` -> fault proxy at 5% loss,
    50 +- 20 ms -> `serve_cloud`): OCR CER and ASR WER of each against the clip's truth;
-2. rate-accuracy of the vision path on the run's key frames: ours (sparse patch tokens) vs
-   H.264 (libx264 at several CRFs, whole video) vs JPEG key frames; accuracy is the OCR text of
-   each key frame against the same read of the original frame (CER, "vs local");
+2. rate-accuracy of the vision path on the run's key frames: ours (sparse patch tokens, each key
+   frame copying unchanged patches from the one before) vs H.264 (libx264 at several CRFs,
+   whole video) vs JPEG key frames; accuracy is the OCR text of each key frame against the same
+   read of the original frame (CER, "vs local"); on the demo and on a camera-like clip;
 3. link replays of the split's real messages (patch tokens, Opus speech) at media pace through
    the proxy: deadline hit rate at 5% loss + 50 +- 20 ms; bursty Gilbert-Elliott loss ~10% +
    reordering + duplication + 1% corruption (messages delivered with a wrong payload: must be 0);
-   a 200 kbit/s cap with the adaptive (deadline) keep policy vs a fixed 70% keep ratio;
+   a 200 kbit/s cap with the adaptive (deadline) keep policy vs a fixed 70% keep ratio, on a
+   filmed dense 1080p document where the cap binds (and, in the full run, on the demo, where it
+   does not, and at 64 kbit/s);
 4. the model split (F10): Whisper tiny.en's encoder on the edge, its decoder in the cloud, the
    encoder output (1 x 1500 x 384 per 30 s window) across the wire codec as FP32, INT8 and FP8
    e4m3: bytes per minute of audio and WER vs the truth and vs the FP32 split;
