@@ -210,6 +210,9 @@ class LinkPayload(Payload):
 
     role: Literal["edge", "cloud"] = Field(description="Which end reports.")
     final: bool = Field(False, description="The end of the stream's last report.")
+    transport: Literal["udp", "tcp"] | None = Field(
+        None, description="The link's transport: udp, or tcp where UDP is blocked."
+    )
     deadline_s: float = Field(gt=0.0, description="A message later than this is dropped.")
     rtt_ms: float | None = Field(None, ge=0.0, description="Smoothed RTT (RFC 6298), edge.")
     rto_ms: float | None = Field(None, ge=0.0, description="Retransmission timeout, edge.")

@@ -39,6 +39,7 @@ SCHEMA_FILE = Path(__file__).resolve().parents[2] / "docs" / "events.schema.json
 EXAMPLES: list[Payload] = [
     LinkPayload(
         role="edge",
+        transport="udp",
         deadline_s=1.5,
         rtt_ms=82.5,
         rto_ms=130.0,

@@ -63,3 +63,4 @@ def test_cloud_emits_its_own_and_the_edges_link_events() -> None:
         2.5,
     ]
     assert final["final"] and final["role"] == "cloud" and final["delivered"] >= 6
+    assert final["transport"] == "udp"

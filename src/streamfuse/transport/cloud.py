@@ -13,7 +13,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from opentelemetry import trace
@@ -225,6 +225,11 @@ class CloudSource(MediaSource):
     async def close(self) -> None:
         await self.receiver.close()
 
+    def _transport_kind(self) -> Literal["udp", "tcp"]:
+        r = self.receiver
+        tcp = isinstance(r, TcpReceiver) or (isinstance(r, DualReceiver) and r.link == "tcp")
+        return "tcp" if tcp else "udp"
+
     def _emit(self, record: dict[str, Any]) -> None:
         if self.on_record is not None:
             self.on_record(record)
@@ -257,6 +262,7 @@ class CloudSource(MediaSource):
         payload = LinkPayload(
             role="cloud",
             final=final,
+            transport=self._transport_kind(),
             undecodable=self.undecodable,
             video_messages=self.video_messages,
             audio_messages=self.audio_messages,

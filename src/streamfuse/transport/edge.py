@@ -209,6 +209,7 @@ class Edge:
         return LinkPayload(
             role="edge",
             final=final,
+            transport="tcp" if isinstance(self.sender, TcpSender) else "udp",
             deadline_s=self.config.deadline_s,
             rtt_ms=None if e.srtt_s is None else round(1000 * e.srtt_s, 2),
             rto_ms=round(1000 * e.rto_s, 2),
