@@ -27,6 +27,7 @@ from streamfuse.events import EventIds, EventType, StatsPayload, stats_record
 from streamfuse.frames import ErrorFrame, now_wall
 from streamfuse.fusion import TimelineConfig, TimelineStage
 from streamfuse.lm.stage import LMStage, LMStageConfig
+from streamfuse.modelset import ModelSet
 from streamfuse.pipeline import OverloadPolicy, Pipeline, Stage
 from streamfuse.pipeline.source import Source
 from streamfuse.pipeline.tracing import TracingObserver
@@ -276,6 +277,7 @@ async def build_pipeline(
     ocr_pool: ThreadPoolExecutor | None = None,
     n_streams: int | None = None,
     resume: ResumePoint | None = None,
+    models: ModelSet | None = None,
 ) -> Job:
     """Open every input (raising `SourceError` with a clear message) and wire the graph.
 
@@ -284,7 +286,8 @@ async def build_pipeline(
     the timeline. `ocr_pool`: OCR workers shared with other jobs (kept open when this one
     ends); `n_streams`: streams sharing the cores (default: this job's inputs). `resume`:
     continue an interrupted run (each media input starts where its events stop; the sinks
-    are told which ids exist, see `ResumePoint`).
+    are told which ids exist, see `ResumePoint`). `models`: OCR and speech models shared with
+    other jobs (`streamfuse.modelset`; default: each stage loads its own).
     """
     pipeline = Pipeline("streamfuse")
     # Installs the SDK when the config asks for an exporter (idempotent); an application that
@@ -353,7 +356,12 @@ async def build_pipeline(
             vision_policy = make_policy(
                 vision_config.policy, realtime=config.realtime, signals=signals
             )
-            ocr = OcrStage(vision_config, policy=vision_policy, name=f"ocr:{stream_id}")
+            ocr = OcrStage(
+                vision_config,
+                policy=vision_policy,
+                engine=models.ocr_engine(vision_config.ocr) if models else None,
+                name=f"ocr:{stream_id}",
+            )
             if ocr_pool is not None:
                 ocr.share_executor(ocr_pool)
             ocr_stages[stream_id] = ocr
@@ -382,6 +390,7 @@ async def build_pipeline(
             asr = AsrStage(
                 asr_config,
                 screen_terms=screen,
+                transcriber=models.transcriber(asr_config) if models else None,
                 live=config.realtime or source.live,
                 name=f"asr:{stream_id}",
             )
