@@ -264,10 +264,13 @@ def run_corpus(
                     s=round(time.monotonic() - started, 1),
                 )
                 results[i] = result
+                detail = str(result.get("detail", "")).strip()
+                if result["outcome"] == "crash":  # the exception, not the traceback's start
+                    detail = detail.splitlines()[-1] if detail else ""
                 with print_lock:
                     print(
                         f"  {m.path.name:<10} {m.name:<32} {result['outcome']:<13} "
-                        f"{result['s']:>5.1f} s  {str(result.get('detail', ''))[:90]}",
+                        f"{result['s']:>5.1f} s  {detail[:90]}",
                         flush=True,
                     )
         finally:
