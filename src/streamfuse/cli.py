@@ -692,17 +692,18 @@ def _cut_truth(truth: Any, end_s: float) -> tuple[Any, float]:
 
 
 async def _measure_point(
-    doc: dict[str, Any], clip: Path, truth: Any, streams: int, meter: Any
+    doc: dict[str, Any], clip: Path, truth: Any, streams: int, meter: Any, models: Any = None
 ) -> dict[str, float | None]:
     """Run `clip` as `streams` inputs under the job config `doc`; score every stream against
-    `truth` and keep the worst latency and the mean error rates."""
+    `truth` and keep the worst latency and the mean error rates. `models`: a `StageModels`
+    whose pool keeps the OCR and Whisper models loaded from one point to the next."""
     from streamfuse.app import StreamfuseConfig, build_pipeline, run_job
     from streamfuse.evaluation import evaluate
     from streamfuse.sinks import CollectSink
 
     config = StreamfuseConfig.model_validate(doc)
     sink = CollectSink()
-    job = await build_pipeline([str(clip)] * streams, config, [sink])
+    job = await build_pipeline([str(clip)] * streams, config, [sink], models=models)
     meter.start()
     await run_job(job, [sink])
     reading = meter.stop()
@@ -741,10 +742,10 @@ def pareto(
     ] = None,
     truth: Annotated[Path | None, typer.Option(help="Its ground truth (with CLIP).")] = None,
     quick: Annotated[
-        bool, typer.Option(help="50 configurations on the first 5 s of the clip.")
+        bool, typer.Option(help="30 configurations on the first 5 s of the clip.")
     ] = False,
     n_configs: Annotated[
-        int | None, typer.Option("--configs", min=2, help="Configurations (default 50 / 120).")
+        int | None, typer.Option("--configs", min=2, help="Configurations (default 30 / 80).")
     ] = None,
     clip_s: Annotated[
         float | None, typer.Option(help="Seconds of the clip each run plays (default 5 / 12).")
@@ -771,6 +772,7 @@ def pareto(
 
     from streamfuse.assets import demo_files
     from streamfuse.evaluation import load_truth
+    from streamfuse.model_pool import ModelPool, StageModels
     from streamfuse.qos.energy import EnergyMeter
     from streamfuse.qos.pareto import (
         Point,
@@ -793,7 +795,7 @@ def pareto(
         raise _fail(str(e)) from None
     if (clip is None) != (truth is None):
         raise _fail("give both CLIP and --truth, or neither (the bundled lecture)")
-    n = n_configs or (50 if quick else 120)
+    n = n_configs or (30 if quick else 80)
     configs = SweepSpace().sample(n, seed=seed)
     meter = EnergyMeter()
     energy = (
@@ -803,6 +805,8 @@ def pareto(
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     points: list[Point] = []
+    # Models stay loaded from one point to the next (loading is not what a point measures).
+    models = StageModels(pool=ModelPool())
     with demo_files() as files, tempfile.TemporaryDirectory() as tmp:
         src, truth_path = (clip, truth) if clip is not None else (files.clip, files.truth)
         assert src is not None and truth_path is not None
@@ -814,7 +818,9 @@ def pareto(
                 progress.update(task, description=c.name)
                 doc = c.job_config(realtime=realtime)
                 try:
-                    metrics = asyncio.run(_measure_point(doc, piece, short, c.streams, meter))
+                    metrics = asyncio.run(
+                        _measure_point(doc, piece, short, c.streams, meter, models)
+                    )
                 except StreamfuseError as e:
                     err.print(f"[yellow]{c.name}: {e}[/yellow]", highlight=False)
                     metrics = {}
