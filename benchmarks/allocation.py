@@ -3,9 +3,9 @@
 For each stream count N, N copies of the bundled lecture clip (48.9 s; `--quick`: the 12 s
 test clip) run at wall-clock speed (`realtime`, as a live feed) through `build_pipeline`, once
 with `allocation.mode = "fixed"` (every stream's OCR and ASR threads capped at cores // N, set
-once: the default) and once with `"load"` (each model call leases 1 or `max_threads` threads
-from a budget of the cores, a stage's share following its measured busy time; see
-`streamfuse.qos.allocation`). Order alternates per repeat (fixed first, then load first) so a
+once: the default) and once with `"load"` (each model call leases threads from a budget of
+the cores, OCR reads 1 or `--ocr-max-threads`, a stage's share following its measured busy
+time; see `streamfuse.qos.allocation`). Order alternates per repeat (fixed first, then load first) so a
 drift in machine load does not favour one side. Model loading is not in the latencies
 (stages set up before the sources start).
 
@@ -14,7 +14,8 @@ emission), the pooled p95 over all streams, and the ratio load / fixed of the po
 worst stream's p95 (< 1: load-driven is faster); for the load runs, how many model calls got
 each thread count. Also the CPU model, ISA and the cpufreq governor/clock (or 'not exposed').
 
-    python benchmarks/allocation.py [--quick] [--streams 1 2 4] [--repeats 1] [--max-threads 2]
+    python benchmarks/allocation.py [--quick] [--streams 1 2 4] [--repeats 1]
+        [--ocr-max-threads 2] [--asr-max-threads 1]
 
 The last line is one JSON object: per N, `p95_ms` {fixed, load} x {ocr, asr} pooled,
 `per_stream`, `ratio` (load / fixed), plus `cpu`, `cpufreq`, `clip`, `repeats`.
@@ -41,13 +42,18 @@ SHORT = ROOT / "assets" / "test" / "short.mp4"
 KINDS = ("ocr", "asr")
 
 
-async def run_once(clip: Path, streams: int, mode: str, max_threads: int) -> dict[str, Any]:
+async def run_once(
+    clip: Path, streams: int, mode: str, ocr_max: int, asr_max: int
+) -> dict[str, Any]:
     """One live run of `streams` copies of `clip` under allocation `mode`."""
     from streamfuse.app import StreamfuseConfig, build_pipeline, run_job
     from streamfuse.sinks import CollectSink
 
     config = StreamfuseConfig.model_validate(
-        {"realtime": True, "allocation": {"mode": mode, "max_threads": max_threads}}
+        {
+            "realtime": True,
+            "allocation": {"mode": mode, "ocr_max_threads": ocr_max, "asr_max_threads": asr_max},
+        }
     )
     sink = CollectSink()
     job = await build_pipeline([str(clip)] * streams, config, [sink])
@@ -116,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clip", type=Path, default=None)
     ap.add_argument("--streams", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--max-threads", type=int, default=2)
+    ap.add_argument("--ocr-max-threads", type=int, default=2, help="load mode's OCR sessions")
+    ap.add_argument("--asr-max-threads", type=int, default=1, help="load mode's Whisper models")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     for noisy in ("RapidOCR", "onnxruntime", "faster_whisper", "streamfuse"):
@@ -127,14 +134,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"cpufreq: {freq.summary()}", file=sys.stderr)
     print(
         f"clip {clip.name}, realtime, OCR+ASR, streams {args.streams}, repeats {args.repeats}, "
-        f"max_threads {args.max_threads}",
+        f"load mode: OCR sessions of 1..{args.ocr_max_threads} threads, Whisper "
+        f"1..{args.asr_max_threads}",
         file=sys.stderr,
     )
     runs: list[dict[str, Any]] = []
     for n in args.streams:
         for r in range(args.repeats):
             for mode in ("fixed", "load") if r % 2 == 0 else ("load", "fixed"):
-                result = asyncio.run(run_once(clip, n, mode, args.max_threads))
+                result = asyncio.run(
+                    run_once(clip, n, mode, args.ocr_max_threads, args.asr_max_threads)
+                )
                 runs.append(result)
                 q = {
                     k: p95([v for vs in result["latency_ms"][k].values() for v in vs])
@@ -164,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
         "cpufreq": freq.summary(),
         "clip": clip.name,
         "repeats": args.repeats,
-        "max_threads": args.max_threads,
+        "ocr_max_threads": args.ocr_max_threads,
+        "asr_max_threads": args.asr_max_threads,
         "streams": summary,
         "errors": sum(len(r["errors"]) for r in runs),
     }

@@ -331,7 +331,10 @@ async def build_pipeline(
         pipeline.observe(monitor)
         pool = models.pool if models is not None else None
         models = StageModels(
-            budget=monitor.budget, max_threads=config.allocation.max_threads, pool=pool
+            budget=monitor.budget,
+            ocr_max_threads=config.allocation.ocr_max_threads,
+            asr_max_threads=config.allocation.asr_max_threads,
+            pool=pool,
         )
         # The shared OCR pool gets a worker per core: the budget bounds the threads.
         single = vision_config.ocr.model_copy(update={"intra_op_threads": 1})

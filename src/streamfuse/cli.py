@@ -48,6 +48,11 @@ class OcrPrecisionChoice(StrEnum):
     fp32 = "fp32"
 
 
+class ThreadsChoice(StrEnum):
+    fixed = "fixed"
+    load = "load"
+
+
 out = Console()
 
 # Gemma 3 270M is a base model, not a chat model: answers are rough. Of the prompts tried on the
@@ -292,6 +297,15 @@ def run(
             "every new slide, every 30 s and at the end), streamed as lm_token / lm events.",
         ),
     ] = None,
+    threads: Annotated[
+        ThreadsChoice | None,
+        typer.Option(
+            "--threads",
+            help="How the streams' OCR and ASR model threads share the cores: fixed (default: "
+            "cores // streams each, set once) or load (leased per call, following each "
+            "stage's measured busy time; allocation.mode).",
+        ),
+    ] = None,
     otlp: OtlpOption = None,
     prometheus_port: PrometheusPortOption = None,
     trace_ratio: TraceRatioOption = None,
@@ -361,6 +375,7 @@ def run(
         ocr_budget_s=ocr_budget_s,
         ocr_precision=ocr_precision.value if ocr_precision else None,
         ask=ask,
+        threads=threads.value if threads else None,
         telemetry=_telemetry_options(otlp, prometheus_port, trace_ratio),
         source=_source_options(input_option, reconnect_attempts, stall_timeout_s),
         base=base,
@@ -464,6 +479,7 @@ def _run_main(
     ocr_budget_s: float | None = None,
     ocr_precision: str | None = None,
     ask: str | None = None,
+    threads: str | None = None,
     telemetry: dict[str, Any] | None = None,
     source: dict[str, Any] | None = None,
     base: dict[str, Any] | None = None,
@@ -484,6 +500,8 @@ def _run_main(
             extra["vision"] = vision
         if ask is not None:
             extra["lm"] = {"ask": ask}
+        if threads is not None:
+            extra["allocation"] = {"mode": threads}
         if telemetry:
             extra["telemetry"] = telemetry
         if source:
@@ -996,6 +1014,7 @@ def bench(
     )
     out.print(table)
     out.print(f"energy: {result['energy_note']}; models: {', '.join(result['models'])}")
+    out.print(f"cpu frequency: {machine['cpufreq']}", highlight=False)
     if as_json:
         typer.echo(json.dumps(result))
 

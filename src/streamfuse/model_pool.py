@@ -175,24 +175,27 @@ class LeasedWhisper(WhisperTranscriber):
 
 class StageModels:
     """Makes the models of one job's stages: leased from `budget` (when given, with sessions
-    of `budget.thread_choices(max_threads)` threads), kept in `pool` (when given)."""
+    of `budget.thread_choices(...)` threads up to `ocr_max_threads` / `asr_max_threads`), kept
+    in `pool` (when given)."""
 
     def __init__(
         self,
         *,
         budget: CoreBudget | None = None,
-        max_threads: int = 2,
+        ocr_max_threads: int = 2,
+        asr_max_threads: int = 1,
         pool: ModelPool | None = None,
     ) -> None:
         self.budget = budget
-        self.max_threads = max_threads
+        self.ocr_max_threads = ocr_max_threads
+        self.asr_max_threads = asr_max_threads
         self.pool = pool
 
-    def _choices(self, fixed: int) -> tuple[int, ...]:
-        return self.budget.thread_choices(self.max_threads) if self.budget else (fixed,)
+    def _choices(self, fixed: int, most: int) -> tuple[int, ...]:
+        return self.budget.thread_choices(most) if self.budget else (fixed,)
 
     def ocr_engine(self, config: OcrConfig, *, stage: str, streams: int, slot: int) -> OcrEngine:
-        choices = self._choices(config.intra_op_threads)
+        choices = self._choices(config.intra_op_threads, self.ocr_max_threads)
         if self.budget is not None:
             self.budget.register(stage, choices)
         return LeasedOcrEngine(
@@ -206,7 +209,7 @@ class StageModels:
         )
 
     def transcriber(self, config: AsrConfig, *, stage: str, slot: int) -> WhisperTranscriber:
-        choices = self._choices(config.cpu_threads)
+        choices = self._choices(config.cpu_threads, self.asr_max_threads)
         if self.budget is not None:
             self.budget.register(stage, choices)
         return LeasedWhisper(

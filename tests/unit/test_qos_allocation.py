@@ -4,6 +4,7 @@ the load moves; leases never oversubscribe while cores are free; cpufreq read an
 from __future__ import annotations
 
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,7 @@ def test_idle_stages_keep_one_thread_and_reserve_nothing() -> None:
 
 
 class _Named(Stage):
-    async def process(self, frame: Frame):  # type: ignore[override]
+    async def process(self, frame: Frame) -> AsyncIterator[Frame]:
         yield frame
 
 
@@ -74,7 +75,7 @@ class _Clock:
         return self.t
 
 
-def _feed(monitor: LoadMonitor, clock: _Clock, stage: Stage, busy_s: float) -> None:
+def _feed(monitor: LoadMonitor, stage: Stage, busy_s: float) -> None:
     monitor.on_processed(FrameProcessed(stage, Frame(stream_id="s"), busy_s))
 
 
@@ -89,16 +90,16 @@ def test_monitor_rebalances_when_the_load_shifts() -> None:
     # First 10 s: speech keeps ASR busy 60% of the time, OCR reads now and then.
     for step in range(1, 101):
         clock.t = step * 0.1
-        _feed(monitor, clock, asr, 0.06)
+        _feed(monitor, asr, 0.06)
         if step % 20 == 0:
-            _feed(monitor, clock, ocr, 0.1)
+            _feed(monitor, ocr, 0.1)
     assert budget.allocation.threads["asr:s"] > budget.allocation.threads["ocr:s"]
     # Then slides change fast and the speaker pauses: OCR is the loaded stage.
     for step in range(101, 201):
         clock.t = step * 0.1
-        _feed(monitor, clock, ocr, 0.07)
+        _feed(monitor, ocr, 0.07)
         if step % 25 == 0:
-            _feed(monitor, clock, asr, 0.02)
+            _feed(monitor, asr, 0.02)
     assert budget.allocation.threads["ocr:s"] > budget.allocation.threads["asr:s"]
     assert len(monitor.history) >= 15  # about once per `interval_s`, not per call
     assert len(monitor.history) <= 21
@@ -111,7 +112,7 @@ def test_monitor_ignores_stages_outside_the_budget() -> None:
     monitor = LoadMonitor(budget, clock=clock)
     monitor.on_start(0.0)
     clock.t = 2.0
-    _feed(monitor, clock, _Named("change:s"), 1.0)
+    _feed(monitor, _Named("change:s"), 1.0)
     assert monitor.history == []
     assert set(monitor.shares(clock.t)) == {"asr:s"}
 
@@ -165,9 +166,8 @@ def test_leases_from_many_threads_are_all_given_back() -> None:
 
     def calls(stage: str) -> None:
         for _ in range(200):
-            with budget.lease(stage) as n:
-                with lock:
-                    seen.append(n)
+            with budget.lease(stage) as n, lock:
+                seen.append(n)
 
     workers = [threading.Thread(target=calls, args=(f"s{i}",)) for i in range(4)]
     for t in workers:

@@ -52,12 +52,20 @@ class AllocationConfig(BaseModel):
     cores: int | None = Field(
         None, ge=1, le=1024, description="Cores to allocate (None: the cores this process may use)."
     )
-    max_threads: int = Field(
+    ocr_max_threads: int = Field(
         2,
         ge=1,
         le=64,
-        description="Most threads one model call may use (`load`): each model keeps a session "
-        "with 1 thread and one with min(max_threads, cores) threads.",
+        description="Most intra-op threads one OCR read may use (`load`): each OCR model keeps "
+        "a session with 1 thread and one with min(ocr_max_threads, cores).",
+    )
+    asr_max_threads: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Most threads one Whisper call may use (`load`; > 1 loads a second model "
+        "with that many). One: a second thread sped tiny/base up ~7% (docs/design.md) while "
+        "taking the core an OCR read could use.",
     )
     window_s: float = Field(
         5.0, gt=0.0, le=600.0, description="Trailing window a stage's busy share is measured over."
