@@ -763,7 +763,7 @@ def pareto(
         bool, typer.Option(help="30 configurations on the first 5 s of the clip.")
     ] = False,
     n_configs: Annotated[
-        int | None, typer.Option("--configs", min=2, help="Configurations (default 30 / 80).")
+        int | None, typer.Option("--configs", min=2, help="Configurations (default 30 / 60).")
     ] = None,
     clip_s: Annotated[
         float | None, typer.Option(help="Seconds of the clip each run plays (default 5 / 12).")
@@ -813,7 +813,7 @@ def pareto(
         raise _fail(str(e)) from None
     if (clip is None) != (truth is None):
         raise _fail("give both CLIP and --truth, or neither (the bundled lecture)")
-    n = n_configs or (30 if quick else 80)
+    n = n_configs or (30 if quick else 60)
     configs = SweepSpace().sample(n, seed=seed)
     meter = EnergyMeter()
     energy = (

@@ -220,3 +220,14 @@ def test_governor_is_set_for_the_block_and_restored(tmp_path: Path) -> None:
     assert all(f.read_text().strip() == "powersave" for f in files)
     with governor("performance", tmp_path / "none") as what:
         assert "not exposed" in what
+
+
+def test_the_platform_report_states_the_cpu_frequency() -> None:
+    from streamfuse.platform_report import machine_facts
+
+    facts, freq = machine_facts(), cpu_frequency()
+    if freq.exposed:  # clocks move between two reads: compare the governor only
+        assert facts["cpufreq"].startswith(f"governor {facts['governor']}")
+    else:
+        assert facts["cpufreq"] == freq.summary() and "not exposed" in facts["cpufreq"]
+        assert facts["governor"] == "not exposed" and facts["cpu_mhz"] is None
