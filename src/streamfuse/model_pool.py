@@ -99,11 +99,6 @@ class LeasedOcrEngine(OcrEngine):
             )
             self._engines[n] = self._pool.get(key, partial(self._make, n))
 
-    @property
-    def precision(self) -> str:
-        self.load()
-        return next(iter(self._engines.values())).precision
-
     def model_info(self) -> ModelInfo | None:
         return next(iter(self._engines.values())).model_info() if self._engines else None
 
