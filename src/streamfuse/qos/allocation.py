@@ -5,11 +5,13 @@ window; every `interval_s` `allocate` turns those shares into per-stage thread t
 active stage at least one thread, the spare cores to the most loaded per thread, the targets of
 the active stages never above the cores) and hands them to the `CoreBudget`. A model call asks
 the budget for a `lease`: it gets the largest of its pre-made session sizes that fits in the
-cores no other stage is using or has reserved (its target, while it has load), at least one.
+cores no other stage is using or has reserved (a stage busy at least `reserve_share` of the
+time reserves its target), at least one: it never waits.
 
 What run time can change: onnxruntime and CTranslate2 fix a session's threads when it is made,
 so a stage holds one session per size (`thread_choices`: 1 and the most it may use) and each call
-picks one; `torch.set_num_threads` is dynamic (callers may apply targets through `on_targets`).
+picks one. The language model's torch threads stay at the fixed split: `torch.set_num_threads`
+is dynamic, but the LM engine sets its count once on its own thread (`streamfuse.lm.engine`).
 `cpu_frequency` reports the cpufreq governor and clocks; `governor` sets one for a run where
 the OS lets this process write it, and restores it after.
 """
@@ -254,7 +256,6 @@ class CoreBudget:
         self._in_use: dict[str, int] = {}
         self._plan = Allocation({}, frozenset())
         self._lock = threading.Lock()
-        self._callbacks: list[Callable[[Allocation], None]] = []
         #: Leases granted per stage and thread count (benchmarks report it).
         self.granted: dict[str, dict[int, int]] = {}
 
@@ -285,15 +286,9 @@ class CoreBudget:
     def allocation(self) -> Allocation:
         return self._plan
 
-    def on_targets(self, callback: Callable[[Allocation], None]) -> None:
-        """Call `callback` with every new allocation (e.g. to set torch's thread count)."""
-        self._callbacks.append(callback)
-
     def set_allocation(self, plan: Allocation) -> None:
         with self._lock:
             self._plan = plan
-        for callback in self._callbacks:
-            callback(plan)
 
     def in_use(self) -> int:
         with self._lock:
