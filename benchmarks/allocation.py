@@ -5,9 +5,10 @@ test clip) run at wall-clock speed (`realtime`, as a live feed) through `build_p
 with `allocation.mode = "fixed"` (every stream's OCR and ASR threads capped at cores // N, set
 once: the default) and once with `"load"` (each model call leases threads from a budget of
 the cores, OCR reads 1 or `--ocr-max-threads`, a stage's share following its measured busy
-time; see `streamfuse.qos.allocation`). Order alternates per repeat (fixed first, then load first) so a
-drift in machine load does not favour one side. Model loading is not in the latencies
-(stages set up before the sources start).
+time; see `streamfuse.qos.allocation`). Order alternates per repeat (fixed first, then load
+first) so a drift in machine load does not favour one side. Model loading is not in the
+latencies (stages set up before the sources start). Timings on a shared machine are noise:
+run it with `--repeats 3` on a quiet one.
 
 Reported per N and mode: each stream's p95 latency of `ocr` and `asr` events (input arrival to
 emission), the pooled p95 over all streams, and the ratio load / fixed of the pooled and of the
@@ -154,7 +155,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"streams {n} repeat {r + 1} {mode:>5}: wall {result['wall_s']} s, "
                     f"ocr p95 {q['ocr']} ms, asr p95 {q['asr']} ms, "
                     f"errors {len(result['errors'])}"
-                    + (f", grants {result['grants']}" if result["grants"] else ""),
+                    + (
+                        f", {result['rebalances']} rebalances, threads granted per call "
+                        f"{result['grants']}"
+                        if result["grants"]
+                        else ""
+                    ),
                     file=sys.stderr,
                     flush=True,
                 )
