@@ -42,10 +42,11 @@ class ModelPool:
         with self._lock:
             model = self._models.get(key)
         if model is None:
-            model = make()
+            # Made outside the lock (loading takes seconds); a racing twin is dropped.
+            made = make()
             with self._lock:
-                model = self._models.setdefault(key, model)
-                self.loads += 1
+                model = self._models.setdefault(key, made)
+                self.loads += model is made
         return model
 
     def __len__(self) -> int:
