@@ -2,8 +2,10 @@
 
 `ModelSet.ocr_engine(config)` and `ModelSet.transcriber(config)` return one engine per distinct
 setting, however many stages ask; each loads on first use and serves its callers one call at a
-time (a lock: the engines set per-call state on the shared model). `build_pipeline(...,
-models=)` hands them to its stages; the VAD stays per stream (it carries recurrent state).
+time (a lock: the engines set per-call state on the shared model). It is a `StageModels`
+(`streamfuse.model_pool`), so `build_pipeline(..., models=)` hands them to its stages; unlike
+a `ModelPool`, whose models serve one stream slot each, one engine serves every stream at once.
+The VAD stays per stream (it carries recurrent state).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 from streamfuse.audio.config import AsrConfig
 from streamfuse.audio.policy import Word
 from streamfuse.audio.transcriber import WhisperTranscriber
+from streamfuse.model_pool import StageModels
 from streamfuse.vision.config import OcrConfig
 from streamfuse.vision.ocr import OcrReading, RapidOcrEngine
 
@@ -71,7 +74,7 @@ class _SharedWhisper(WhisperTranscriber):
             return super().transcribe(audio, prompt, fast=fast, hotwords=hotwords)
 
 
-class ModelSet:
+class ModelSet(StageModels):
     """The OCR engines and speech recognizers of every pipeline built with this set.
 
     `ocr_threads` / `asr_threads` replace the thread counts the stages' configs ask for: a
@@ -81,6 +84,7 @@ class ModelSet:
     """
 
     def __init__(self, *, ocr_threads: int | None = None, asr_threads: int | None = None) -> None:
+        super().__init__()  # no thread budget, no pool: the language model is per job
         self.ocr_threads = ocr_threads
         self.asr_threads = asr_threads
         self.loads: Counter[str] = Counter()
@@ -88,14 +92,20 @@ class ModelSet:
         self._asr: dict[str, _SharedWhisper] = {}
         self._lock = threading.Lock()
 
-    def ocr_engine(self, config: OcrConfig) -> RapidOcrEngine:
-        """The engine for `config` (its thread counts set as this set says)."""
+    def ocr_engine(
+        self, config: OcrConfig, *, stage: str = "ocr", streams: int = 1, slot: int = 0
+    ) -> RapidOcrEngine:
+        """The engine for `config` (its thread counts set as this set says), whichever stage,
+        stream count or slot asks (`config.precision` is resolved for the streams already)."""
         if self.ocr_threads is not None:
             config = config.model_copy(update={"intra_op_threads": self.ocr_threads})
         return self._get(self._ocr, config, _SharedOcrEngine)
 
-    def transcriber(self, config: AsrConfig) -> WhisperTranscriber:
-        """The speech recognizer for `config` (its threads set as this set says)."""
+    def transcriber(
+        self, config: AsrConfig, *, stage: str = "asr", slot: int = 0
+    ) -> WhisperTranscriber:
+        """The speech recognizer for `config` (its threads set as this set says), whichever
+        stage or slot asks."""
         if self.asr_threads is not None:
             config = config.model_copy(update={"cpu_threads": self.asr_threads})
         return self._get(self._asr, config, _SharedWhisper)
