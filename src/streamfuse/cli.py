@@ -121,8 +121,11 @@ async def _run(
     *,
     resume: Any = None,
     stop: _Stop | None = None,
+    models: Any = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Run the job; `resume`: the `ResumePoint` of `out_path`, continued (appended to)."""
+    """Run the job; `resume`: the `ResumePoint` of `out_path`, continued (appended to);
+    `models`: the `StageModels` the stages take their models from (a harness running many
+    inputs in one process passes a `ModelSet` loaded once)."""
     from streamfuse import telemetry
     from streamfuse.app import build_pipeline, run_job
     from streamfuse.events import EventIds
@@ -149,7 +152,7 @@ async def _run(
         if point is not None:
             for sink in sinks:
                 sink.ids = EventIds(run=point.runs)
-        job = await build_pipeline(inputs, config, sinks, resume=point)
+        job = await build_pipeline(inputs, config, sinks, resume=point, models=models)
         stop.job = job
         view = ConsoleView({s.stream_id: s.duration_s for s in job.sources})
         job.pipeline.observe(view)
