@@ -339,10 +339,12 @@ def offline(model: Any, clip: Clip, beam_size: int) -> str:
 
 
 def causal(model: Any, clip: Clip, beam_size: int, *, past_s: float = 25.0) -> str:
-    """The best a causal recognizer with perfect utterance ends could do: each truth sentence
-    decoded once at its end with up to `past_s` of the audio before it (no future audio), its
-    words taken by their times. Offline decoding also hears what comes after a word, which no
-    streaming system can before the commit: the gap between the two is the price of causality."""
+    """What a causal recognizer with perfect utterance ends gets: each truth utterance decoded
+    once at its end, whole, with the audio before it up to `past_s` in all (no future audio),
+    its words taken by their times. Offline decoding also hears what comes after a word, which
+    no streaming system can before the commit: the gap between the two is the price of
+    causality (a reference, not a strict bound: a stream also carries its committed text as
+    a prompt)."""
     from faster_whisper import decode_audio
 
     audio = decode_audio(str(clip.audio), sampling_rate=AUDIO_SAMPLE_RATE_HZ)
@@ -350,7 +352,7 @@ def causal(model: Any, clip: Clip, beam_size: int, *, past_s: float = 25.0) -> s
     prev_end = 0.0
     for utterance in clip.truth["asr"]:
         end = utterance["t_end"] + 0.2
-        start = max(0.0, end - past_s)
+        start = max(0.0, min(utterance["t_start"] - 0.2, end - past_s))
         x = audio[round(start * AUDIO_SAMPLE_RATE_HZ) : round(end * AUDIO_SAMPLE_RATE_HZ)]
         segments, _ = model.transcribe(
             x, language="en", beam_size=beam_size, word_timestamps=True,
