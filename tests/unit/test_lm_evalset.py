@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from streamfuse.lm.evalset import (
     DEFAULT_SET,
+    SECOND_CLIPS,
     SECOND_SET,
-    build_set,
     answer_correct,
+    build_set,
     load_set,
     qa_pairs,
     timeline_text,
@@ -71,11 +75,6 @@ def test_committed_set_loads_and_every_answer_is_in_its_context() -> None:
 
 def test_second_split_uses_other_clips_and_regenerates_identically() -> None:
     """The held-out split shares no clip with the default one and is what the rules make."""
-    import json
-    from pathlib import Path
-
-    from streamfuse.lm.evalset import SECOND_CLIPS
-
     a = json.loads(DEFAULT_SET.read_text())
     b = json.loads(SECOND_SET.read_text())
     assert not set(a["clips"]) & set(b["clips"])
