@@ -317,8 +317,9 @@ def main() -> None:
     def at(method: str, k: str) -> float:
         return next(r[k] for r in table if r["method"] == method and r["keep"] == 0.25)
 
-    def retained(method: str) -> float:
-        return round(at(method, "qa") / qa_full, 3) if qa_full > 0 else float("nan")
+    def retained(method: str) -> float | None:
+        # None (JSON null, not NaN) when the full context answers nothing: undefined.
+        return round(at(method, "qa") / qa_full, 3) if qa_full > 0 else None
 
     summary = {
         "prefill_speedup_25": round(at("ours", "speedup"), 2),
