@@ -9,7 +9,9 @@ Systems (all the same Whisper model, each a real `Stage` fed 20 ms windows):
   trimmed at a committed sentence end past 15 s;
 - ``vad``: VAD-segmented: Silero VAD utterances, each transcribed once when it ends (cut at 15 s).
 Offline: faster-whisper over each whole file at beam 5 (``wer_offline_beam5``, the accuracy the
-streaming systems are held to) and at the configured beam (``wer_offline``).
+streaming systems are held to) and at the configured beam (``wer_offline``); ``causal-beam5``
+(``wer_causal_beam5``): each truth sentence decoded at its end at beam 5 from the audio before
+it only, the bound for a causal recognizer (offline decoding also hears the words after).
 
 Word latency: per committed word, from its end (the recognizer's own word time) to its commit.
 ``--realtime`` (default) paces the file at wall-clock speed through a pipeline: the commit's wall
@@ -336,6 +338,32 @@ def offline(model: Any, clip: Clip, beam_size: int) -> str:
     return " ".join(s.text.strip() for s in segments)
 
 
+def causal(model: Any, clip: Clip, beam_size: int, *, past_s: float = 25.0) -> str:
+    """What a causal recognizer with perfect utterance ends gets: each truth utterance decoded
+    once at its end, whole, with the audio before it up to `past_s` in all (no future audio),
+    its words taken by their times. Offline decoding also hears what comes after a word, which
+    no streaming system can before the commit: the gap between the two is the price of
+    causality (a reference, not a strict bound: a stream also carries its committed text as
+    a prompt)."""
+    from faster_whisper import decode_audio
+
+    audio = decode_audio(str(clip.audio), sampling_rate=AUDIO_SAMPLE_RATE_HZ)
+    out: list[str] = []
+    prev_end = 0.0
+    for utterance in clip.truth["asr"]:
+        end = utterance["t_end"] + 0.2
+        start = max(0.0, min(utterance["t_start"] - 0.2, end - past_s))
+        x = audio[round(start * AUDIO_SAMPLE_RATE_HZ) : round(end * AUDIO_SAMPLE_RATE_HZ)]
+        segments, _ = model.transcribe(
+            x, language="en", beam_size=beam_size, word_timestamps=True,
+            condition_on_previous_text=False,
+        )  # fmt: skip
+        words = [w for s in segments for w in (s.words or []) if w.start + start >= prev_end - 0.1]
+        out.append("".join(w.word for w in words).strip())
+        prev_end = utterance["t_end"]
+    return " ".join(out)
+
+
 def load_clips(args: argparse.Namespace) -> list[Clip]:
     clips = []
     for path in args.input or ([] if args.speech_set else [DEFAULT_INPUT]):
@@ -431,6 +459,7 @@ def main(argv: list[str] | None = None) -> int:
             model.frames = None
             refs["offline-beam5"] = offline(model, clip, 5)
             refs["offline"] = offline(model, clip, config.beam_size)
+            refs["causal-beam5"] = causal(model, clip, 5)
         for name, text in refs.items():
             score = wer(clip.ref, text)
             rows[(clip.group, name)].append(
@@ -484,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         group: {
             **{k: v for k, v in sys_rows.items()},
             "wer_offline_beam5": sys_rows.get("offline-beam5", {}).get("wer"),
+            "wer_causal_beam5": sys_rows.get("causal-beam5", {}).get("wer"),
         }
         for group, sys_rows in groups.items()
     }

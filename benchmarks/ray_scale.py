@@ -2,9 +2,11 @@
 
 Starts real local clusters (raylets on this machine, `ray.cluster_utils.Cluster`), runs N copies
 of a clip through `streamfuse.scale.run_on_ray` as fast as they go (no --realtime), and
-reports throughput (media seconds per wall second), the 2-node / 1-node ratio, and for the
-killed run: restarts, whether every stream's committed words and slide texts equal an
-undisturbed local run's, and duplicate or backwards events. Both node layouts get the same CPUs
+reports throughput (media seconds per wall second), the 2-node / 1-node ratio, the memory of
+each node's host process with the models shared by the node's streams (the default) vs loaded
+per stream (`RayConfig(share_models=False)`, the baseline, on 1 node), and for the killed
+run: restarts, whether every stream's committed words and slide texts equal an undisturbed
+local run's, and duplicate or backwards events. Both node layouts get the same CPUs
 in total; on one machine a second node adds no cores, so the ratio measures the overhead of
 spreading, not a speed-up (on two machines it is the scale-out). Ends with one JSON line.
 
@@ -48,7 +50,13 @@ def _cluster(nodes: int) -> Cluster:
 
 
 def run(
-    nodes: int, clip: Path, streams: int, config: StreamfuseConfig, *, kill: bool
+    nodes: int,
+    clip: Path,
+    streams: int,
+    config: StreamfuseConfig,
+    *,
+    kill: bool,
+    share_models: bool = True,
 ) -> tuple[RayReport, list[dict[str, Any]], float | None]:
     cluster = _cluster(nodes)
     collect = SpeechWatch()
@@ -66,7 +74,7 @@ def run(
                 [str(clip)] * streams,
                 config,
                 [collect],
-                RayConfig(address=cluster.address),
+                RayConfig(address=cluster.address, share_models=share_models),
             )
         finally:
             if killer is not None:
@@ -92,12 +100,15 @@ def main(argv: list[str] | None = None) -> int:
     stem = args.clip.stem
     want_words, want_slides = committed_words(reference, stem), slide_texts(reference, stem)
     rows: dict[str, dict[str, Any]] = {}
-    for name, nodes, kill in (
-        ("1 node", 1, False),
-        ("2 nodes", 2, False),
-        ("2 nodes, kill", 2, True),
+    for name, nodes, kill, share in (
+        ("1 node, per-stream", 1, False, False),
+        ("1 node", 1, False, True),
+        ("2 nodes", 2, False, True),
+        ("2 nodes, kill", 2, True, True),
     ):
-        report, records, killed_at = run(nodes, args.clip, args.streams, config, kill=kill)
+        report, records, killed_at = run(
+            nodes, args.clip, args.streams, config, kill=kill, share_models=share
+        )
         media = sum(r.duration_s or 0.0 for r in report.streams)
         ids = [r["id"] for r in records if "id" in r]
         rows[name] = {
@@ -114,18 +125,31 @@ def main(argv: list[str] | None = None) -> int:
                 for r in report.streams
             ),
             "duplicate_ids": len(ids) - len(set(ids)),
+            # Per node (its host actor's process): peak resident MiB and the models it loaded.
+            "host_peak_rss_mib": sorted(h["peak_rss_mib"] for h in report.hosts.values()),
+            "host_models_loaded": [h["models_loaded"] for h in report.hosts.values()],
         }
         print(name, json.dumps(rows[name]), file=sys.stderr)
     print(
-        f"{'run':16} {'wall s':>7} {'media s/s':>9} {'restarts':>8} {'complete':>8} {'text =':>7}"
+        f"{'run':20} {'wall s':>7} {'media s/s':>9} {'restarts':>8} {'complete':>8} "
+        f"{'text =':>7}  host peak RSS MiB per node"
     )
     for name, row in rows.items():
         print(
-            f"{name:16} {row['wall_s']:7.1f} {row['throughput']:9.2f} {row['restarts']:8d} "
-            f"{row['completed']:5d}/{args.streams:<2d} {row['text_equal']:4d}/{args.streams}"
+            f"{name:20} {row['wall_s']:7.1f} {row['throughput']:9.2f} {row['restarts']:8d} "
+            f"{row['completed']:5d}/{args.streams:<2d} {row['text_equal']:4d}/{args.streams}  "
+            f"{row['host_peak_rss_mib']}"
         )
     ratio = rows["2 nodes"]["throughput"] / rows["1 node"]["throughput"]
     print(f"2 nodes / 1 node throughput: {ratio:.2f}x (same cores in total)")
+    base, shared = rows["1 node, per-stream"], rows["1 node"]
+    mem_ratio = shared["host_peak_rss_mib"][0] / base["host_peak_rss_mib"][0]
+    print(
+        f"1 node, {args.streams} streams: host peak RSS {base['host_peak_rss_mib'][0]:.0f} MiB "
+        f"with models per stream, {shared['host_peak_rss_mib'][0]:.0f} MiB shared "
+        f"({mem_ratio:.2f}x); throughput shared / per-stream "
+        f"{shared['throughput'] / base['throughput']:.2f}x"
+    )
     killed = rows["2 nodes, kill"]
     print(
         json.dumps(
@@ -138,6 +162,11 @@ def main(argv: list[str] | None = None) -> int:
                 "kill_completed": killed["completed"],
                 "kill_text_equal": killed["text_equal"],
                 "duplicate_ids": killed["duplicate_ids"],
+                "host_peak_rss_mib_per_stream_models": base["host_peak_rss_mib"][0],
+                "host_peak_rss_mib_shared_models": shared["host_peak_rss_mib"][0],
+                "host_peak_rss_mib_2nodes": rows["2 nodes"]["host_peak_rss_mib"],
+                "models_loaded_per_node": shared["host_models_loaded"],
+                "throughput_per_stream_models": base["throughput"],
             }
         )
     )

@@ -1,20 +1,21 @@
 """Reliability suites: corrupted media, a realtime soak, and an overload run.
 
 - corrupted media: mutated files (`streamfuse.testing.mutate`) each run as `streamfuse run FILE`
-  does, in a worker subprocess watched from here: a file whose run makes no progress for
-  `--hang-s` (30 s) is a hang (the worker is killed and restarted), a worker that dies or an
-  exception outside the error tree is a crash, a `StreamfuseError` naming the input is a clear
-  error, an `error` event from the source after some events is a partial result;
+  does, in worker subprocesses (one per core, each running its files one at a time with one
+  model set loaded once) watched from here: a file whose run makes no progress for `--hang-s`
+  (30 s) is a hang (the worker is killed and restarted), a worker that dies or an exception
+  outside the error tree is a crash, a `StreamfuseError` naming the input is a clear error, an
+  `error` event from the source after some events is a partial result;
 - soak: the clips looped, `streamfuse run --realtime` for `--soak-s`, resident memory sampled
   (every 10 s, reported per minute), then SIGTERM: lost events (produced but not written),
   latency p95 of the first vs the last window;
 - overload: 4x the live streams this machine holds (from the soak's CPU per media second)
   in one realtime run: drops per edge, latency p95 of what was admitted, crashes.
 
-    python benchmarks/reliability.py [--quick] [--files N] [--soak-s S]
+    python benchmarks/reliability.py [--quick] [--files N] [--soak-s S] [--no-soak]
 
-`--quick` (100 files, a 3-minute soak, a 40 s overload) takes under 10 minutes. Ends with one
-JSON line. The worker mode (`--worker`) is internal.
+`--quick` (100 files, a 3-minute soak, a 10 s overload) takes under 10 minutes on 2 cores.
+Ends with one JSON line. The worker mode (`--worker`) is internal.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import threading
 import time
 import traceback
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,17 +50,28 @@ CLIPS = [ROOT / "assets" / "test" / "short.mp4", ROOT / "src/streamfuse/assets/d
 DEMO = CLIPS[1]
 
 
-# -- the worker (one process, many files, models reloaded per run as `streamfuse run`) -------
+# -- the worker (one process, many files, one model set loaded once) -------------------------
 
 
-def _worker() -> None:
-    """Read file paths from stdin; for each print `start`, `beat` lines (progress) and `done`."""
+def _worker(threads: int) -> None:
+    """Read file paths from stdin; for each print `start`, `beat` lines (progress) and `done`.
+
+    Each file runs as `streamfuse run FILE` does (`cli._run`), except that the OCR and speech
+    models are loaded once for all of the worker's files (`ModelSet`, `threads` each): the
+    suite damages the input, not the models, and loading them per file cost more than a
+    4 s file's run.
+    """
     from streamfuse import cli
     from streamfuse.app import StreamfuseConfig
     from streamfuse.errors import StreamfuseError
+    from streamfuse.modelset import ModelSet
 
     cli._setup_logging(False)
     config = StreamfuseConfig()
+    models = ModelSet(
+        ocr_threads=min(config.vision.ocr.intra_op_threads, threads),
+        asr_threads=min(config.asr_config.cpu_threads, threads),
+    )
     out_lock = threading.Lock()
     # The protocol keeps stdout; whatever a run prints (the stage table) goes to stderr.
     proto = os.fdopen(os.dup(1), "w")
@@ -95,7 +108,9 @@ def _worker() -> None:
             state.update(stop=stop, out=out)
             say(event="start", path=path)
             try:
-                records, _ = asyncio.run(cli._run([path], config, out, False, stop=stop))
+                records, _ = asyncio.run(
+                    cli._run([path], config, out, False, stop=stop, models=models)
+                )
             except StreamfuseError as e:
                 clear = Path(path).name in str(e) and "\n" not in str(e).strip()
                 say(
@@ -122,6 +137,7 @@ def _worker() -> None:
                 detail="; ".join(r["message"] for r in errors)[:300],
                 events=produced,
                 stage_exceptions=unexpected[:3],
+                models_loaded=dict(models.loads),
             )
 
 
@@ -129,9 +145,9 @@ def _worker() -> None:
 
 
 class _Worker:
-    def __init__(self) -> None:
+    def __init__(self, threads: int) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--worker"],
+            [sys.executable, __file__, "--worker", "--threads", str(threads)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -165,19 +181,34 @@ class _Worker:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
 
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.kill()
 
-def run_corpus(mutations: list[Mutation], *, hang_s: float, limit_s: float) -> list[dict[str, Any]]:
-    """Each file through the worker; its outcome with the time it took."""
-    results: list[dict[str, Any]] = []
-    worker: _Worker | None = None
-    for m in mutations:
-        if worker is None or worker.proc.poll() is not None:
-            worker = _Worker()
-        worker.send(m.path)
+
+class _Watch:
+    """One worker subprocess and the files it runs, one at a time, under a watchdog: no
+    progress for `hang_s` (or `limit_s` in all) is a hang, and the worker is killed and
+    replaced (with its models: the next file pays one load)."""
+
+    def __init__(self, threads: int, hang_s: float, limit_s: float) -> None:
+        self.threads, self.hang_s, self.limit_s = threads, hang_s, limit_s
+        self.worker: _Worker | None = None
+        self.restarts = 0
+
+    def run(self, path: Path) -> dict[str, Any]:
+        if self.worker is None or self.worker.proc.poll() is not None:
+            self.restarts += self.worker is not None
+            self.worker = _Worker(self.threads)
+        worker = self.worker
+        worker.send(path)
         started = last_change = time.monotonic()
         progress = -1
-        result: dict[str, Any] | None = None
-        while result is None:
+        while True:
             try:
                 line = worker.lines.get(timeout=1.0)
             except queue.Empty:
@@ -186,9 +217,8 @@ def run_corpus(mutations: list[Mutation], *, hang_s: float, limit_s: float) -> l
             if line is None:  # the worker died with this file
                 code = worker.proc.wait()
                 tail = "".join(worker.stderr[-20:])[-1500:]
-                result = {"outcome": "crash", "detail": f"worker exit {code}: {tail}"}
-                worker = None
-                break
+                self.worker = None
+                return {"outcome": "crash", "detail": f"worker exit {code}: {tail}"}
             if line and line.startswith("{"):
                 msg = json.loads(line)
                 if msg["event"] == "beat" and msg["progress"] != progress:
@@ -196,31 +226,66 @@ def run_corpus(mutations: list[Mutation], *, hang_s: float, limit_s: float) -> l
                 elif msg["event"] == "start":
                     last_change = now
                 elif msg["event"] == "done":
-                    result = msg
-                    break
-            if now - last_change > hang_s or now - started > limit_s:
+                    return dict(msg)
+            if now - last_change > self.hang_s or now - started > self.limit_s:
                 worker.kill()
-                worker = None
-                why = "no progress" if now - last_change > hang_s else "over the time limit"
-                result = {"outcome": "hang", "detail": f"{why} after {now - started:.0f} s"}
-        assert result is not None
-        result.update(
-            kind=m.kind, name=m.name, file=m.path.name, s=round(time.monotonic() - started, 1)
-        )
-        results.append(result)
-        print(
-            f"  {m.path.name:<10} {m.name:<32} {result['outcome']:<13} {result['s']:>5.1f} s  "
-            f"{str(result.get('detail', ''))[:90]}",
-            flush=True,
-        )
-    if worker is not None:
-        assert worker.proc.stdin is not None
-        worker.proc.stdin.close()
+                self.worker = None
+                why = "no progress" if now - last_change > self.hang_s else "over the time limit"
+                return {"outcome": "hang", "detail": f"{why} after {now - started:.0f} s"}
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+
+def run_corpus(
+    mutations: Iterable[Mutation], *, hang_s: float, limit_s: float, workers: int
+) -> tuple[list[dict[str, Any]], int]:
+    """Each file through one of `workers` watched worker processes (files taken as they are
+    made); each outcome with the time it took, in file order, and the worker restarts."""
+    cores = os.cpu_count() or 1
+    threads = max(1, cores // workers)
+    todo: queue.Queue[tuple[int, Mutation] | None] = queue.Queue(maxsize=2 * workers)
+    results: dict[int, dict[str, Any]] = {}
+    print_lock = threading.Lock()
+    watches = [_Watch(threads, hang_s, limit_s) for _ in range(workers)]
+
+    def serve(watch: _Watch) -> None:
         try:
-            worker.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-    return results
+            while (item := todo.get()) is not None:
+                i, m = item
+                started = time.monotonic()
+                result = watch.run(m.path)
+                result.update(
+                    kind=m.kind,
+                    name=m.name,
+                    file=m.path.name,
+                    s=round(time.monotonic() - started, 1),
+                )
+                results[i] = result
+                detail = str(result.get("detail", "")).strip()
+                if result["outcome"] == "crash":  # the exception, not the traceback's start
+                    detail = detail.splitlines()[-1] if detail else ""
+                with print_lock:
+                    print(
+                        f"  {m.path.name:<10} {m.name:<32} {result['outcome']:<13} "
+                        f"{result['s']:>5.1f} s  {detail[:90]}",
+                        flush=True,
+                    )
+        finally:
+            watch.close()
+
+    threads_ = [threading.Thread(target=serve, args=(w,), daemon=True) for w in watches]
+    for t in threads_:
+        t.start()
+    for item in enumerate(mutations):  # made here while the workers run the files before
+        todo.put(item)
+    for _ in threads_:
+        todo.put(None)
+    for t in threads_:
+        t.join()
+    return [results[i] for i in sorted(results)], sum(w.restarts for w in watches)
 
 
 # -- soak -----------------------------------------------------------------------------------
@@ -339,42 +404,72 @@ def overload(work: Path, n: int, seconds: float) -> dict[str, Any]:
     }
 
 
+def _timed(items: Iterable[Mutation], spent: list[float]) -> Iterator[Mutation]:
+    """`items`, adding the time spent making each to `spent[0]`."""
+    it = iter(items)
+    while True:
+        t = time.monotonic()
+        m = next(it, None)
+        spent[0] += time.monotonic() - t
+        if m is None:
+            return
+        yield m
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="100 files, 3-minute soak")
     parser.add_argument("--files", type=int, help="mutated files (default 1000, quick 100)")
     parser.add_argument("--soak-s", type=float, help="soak seconds (default 3600, quick 180)")
     parser.add_argument("--hang-s", type=float, default=30.0, help="no progress this long: hang")
+    parser.add_argument(
+        "--workers", type=int, help="worker processes running files side by side (default: cores)"
+    )
+    parser.add_argument(
+        "--clip-s", type=float, default=4.0, help="seconds of each clip the files are made from"
+    )
+    parser.add_argument("--no-soak", action="store_true", help="no soak (and so no overload)")
     parser.add_argument("--no-overload", action="store_true")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        _worker()
+        _worker(args.threads)
         return
     n_files = args.files or (100 if args.quick else 1000)
     soak_s = args.soak_s or (180.0 if args.quick else 3600.0)
     window_s = 60.0 if soak_s < 1200 else 600.0
+    workers = max(1, args.workers or os.cpu_count() or 1)
     print(f"machine: {cpu_description()}")
     print("note: figures on a shared, noisy machine vary run to run", flush=True)
     summary: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="sf-reliability-") as tmp:
         work = Path(tmp)
         t0 = time.monotonic()
-        clips = base_clips(CLIPS, work / "base", seconds=4.0)
-        print(f"corrupted media: {n_files} files from {len(clips)} clips of 4 s", flush=True)
-        mutations = []
-        for m in iter_suite(clips, work / "mutated", n_files):
-            mutations.append(m)
-        made_s = time.monotonic() - t0
-        results = run_corpus(mutations, hang_s=args.hang_s, limit_s=max(120.0, 4 * args.hang_s))
+        clips = base_clips(CLIPS, work / "base", seconds=args.clip_s)
+        print(
+            f"corrupted media: {n_files} files from {len(clips)} clips of {args.clip_s:g} s, "
+            f"{workers} workers",
+            flush=True,
+        )
+        made_s = [0.0]
+        mutations = _timed(iter_suite(clips, work / "mutated", n_files), made_s)
+        results, restarts = run_corpus(
+            mutations, hang_s=args.hang_s, limit_s=max(120.0, 4 * args.hang_s), workers=workers
+        )
+        corpus_wall_s = time.monotonic() - t0
         outcomes = Counter(r["outcome"] for r in results)
         stage_exc = [e for r in results for e in r.get("stage_exceptions", [])]
         by_kind: dict[str, Counter[str]] = {}
         for r in results:
             by_kind.setdefault(r["kind"], Counter())[r["outcome"]] += 1
-        print(f"  outcomes: {dict(outcomes)} (files made in {made_s:.0f} s)")
+        print(
+            f"  outcomes: {dict(outcomes)} in {corpus_wall_s:.0f} s "
+            f"(files made in {made_s[0]:.0f} s of it; {restarts} worker restarts)"
+        )
         for kind, c in sorted(by_kind.items()):
             print(f"    {kind:<9} {dict(c)}")
+        loads = [r["models_loaded"] for r in results if "models_loaded" in r]
         summary.update(
             mutated_files=len(results),
             crashes=outcomes["crash"],
@@ -385,23 +480,35 @@ def main() -> None:
             full_results=outcomes["results"],
             stage_exceptions=len(stage_exc),
             corpus_s=round(sum(r["s"] for r in results)),
+            corpus_wall_s=round(corpus_wall_s),
+            corpus_workers=workers,
+            corpus_worker_restarts=restarts,
+            # Per worker process, over its life: one OCR and one ASR load serve all its files.
+            corpus_max_model_loads=max((max(x.values(), default=0) for x in loads), default=0),
+            rss_drift_pct=None,
+            lost_events=None,
         )
-        print(f"soak: {soak_s:.0f} s realtime, looped demo clip", flush=True)
-        s = soak(work, soak_s, window_s)
-        print(f"  {json.dumps(s)}", flush=True)
-        summary.update(
-            rss_drift_pct=s["rss_drift_pct"],
-            lost_events=s["lost_events"],
-            soak_latency_p95_ratio=s["latency_p95_ratio"],
-            soak_rss_mb_per_minute=s["rss_mb_per_minute"],
-            soak_exit=s["exit"],
-        )
-        if not args.no_overload:
+        if not args.no_soak:
+            print(f"soak: {soak_s:.0f} s realtime, looped demo clip", flush=True)
+            t = time.monotonic()
+            s = soak(work, soak_s, window_s)
+            print(f"  {json.dumps(s)}", flush=True)
+            summary.update(
+                rss_drift_pct=s["rss_drift_pct"],
+                lost_events=s["lost_events"],
+                soak_latency_p95_ratio=s["latency_p95_ratio"],
+                soak_rss_mb_per_minute=s["rss_mb_per_minute"],
+                soak_exit=s["exit"],
+                soak_wall_s=round(time.monotonic() - t),
+            )
+        if not args.no_soak and not args.no_overload:
             per_stream = s["cpu_s_per_media_s"] or 1.0
             held = max(1, int((os.cpu_count() or 1) * 0.8 / per_stream))
             n = 4 * held
             print(f"overload: {n} live streams (this machine holds ~{held})", flush=True)
-            o = overload(work, n, 20.0 if args.quick else 120.0)
+            # Quick: a 10 s cut. Its cost is the streams' model loads plus the speech backlog
+            # worked through after the input ends; 20 s took 4 of the 10 minutes when loaded.
+            o = overload(work, n, 10.0 if args.quick else 120.0)
             print(f"  {json.dumps(o)}", flush=True)
             summary.update(
                 overload_streams=n,
@@ -410,6 +517,7 @@ def main() -> None:
                 overload_drops_per_edge=o["drops_per_edge"],
                 overload_latency_p95_ms=o["latency_p95_ms"],
                 overload_streams_with_results=o["streams_with_results"],
+                overload_wall_s=o["wall_s"],
             )
         summary["total_s"] = round(time.monotonic() - t0)
     print(json.dumps(summary))

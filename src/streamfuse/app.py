@@ -27,9 +27,11 @@ from streamfuse.events import EventIds, EventType, StatsPayload, stats_record
 from streamfuse.frames import ErrorFrame, now_wall
 from streamfuse.fusion import TimelineConfig, TimelineStage
 from streamfuse.lm.stage import LMStage, LMStageConfig
+from streamfuse.model_pool import StageModels
 from streamfuse.pipeline import OverloadPolicy, Pipeline, Stage
 from streamfuse.pipeline.source import Source
 from streamfuse.pipeline.tracing import TracingObserver
+from streamfuse.qos.allocation import AllocationConfig, CoreBudget, LoadMonitor, governor
 from streamfuse.qos.signals import QosSignals
 from streamfuse.sinks.base import EventSink
 from streamfuse.sources import SourceConfig
@@ -78,6 +80,11 @@ class StreamfuseConfig(BaseModel):
         description="OpenTelemetry traces, metrics and logs and their exporters (off unless an "
         "exporter is asked for; `build_pipeline` installs them, `telemetry.shutdown` flushes).",
     )
+    allocation: AllocationConfig = Field(
+        default_factory=AllocationConfig,
+        description="How the streams' OCR and ASR model threads share the cores: a fixed "
+        "split, or leased per call following measured stage load (`streamfuse.qos.allocation`).",
+    )
 
 
 @dataclass
@@ -94,6 +101,10 @@ class Job:
     signals: QosSignals | None = None
     #: Worker pools shared by several stages (shut down when the job ends).
     executors: list[ThreadPoolExecutor] = field(default_factory=list)
+    #: The load monitor and core budget of load-driven allocation (None: the fixed split).
+    allocation: LoadMonitor | None = None
+    #: cpufreq governor to set while the job runs (`AllocationConfig.governor`).
+    governor: str | None = None
     cpu_start_s: float = field(default_factory=lambda: _cpu_s())
     wall_start_s: float = field(default_factory=now_wall)
 
@@ -276,6 +287,7 @@ async def build_pipeline(
     ocr_pool: ThreadPoolExecutor | None = None,
     n_streams: int | None = None,
     resume: ResumePoint | None = None,
+    models: StageModels | None = None,
 ) -> Job:
     """Open every input (raising `SourceError` with a clear message) and wire the graph.
 
@@ -284,7 +296,9 @@ async def build_pipeline(
     the timeline. `ocr_pool`: OCR workers shared with other jobs (kept open when this one
     ends); `n_streams`: streams sharing the cores (default: this job's inputs). `resume`:
     continue an interrupted run (each media input starts where its events stop; the sinks
-    are told which ids exist, see `ResumePoint`).
+    are told which ids exist, see `ResumePoint`). `models`: where the OCR and Whisper models
+    come from (e.g. a `ModelPool` kept across jobs); `config.allocation.mode == "load"` makes
+    them lease their threads from a core budget fed by a `LoadMonitor`.
     """
     pipeline = Pipeline("streamfuse")
     # Installs the SDK when the config asks for an exporter (idempotent); an application that
@@ -310,6 +324,21 @@ async def build_pipeline(
     media_inputs = [item for item in inputs if not isinstance(item, TextSource)]
     n_streams = n_streams or max(1, len(media_inputs))
     vision_config, asr_config = share_cores(config, n_streams)
+    monitor: LoadMonitor | None = None
+    if config.allocation.mode == "load":
+        # Threads follow measured load: each model call leases them from one budget.
+        monitor = LoadMonitor(CoreBudget(config.allocation.cores), config.allocation)
+        pipeline.observe(monitor)
+        pool = models.pool if models is not None else None
+        models = StageModels(
+            budget=monitor.budget,
+            ocr_max_threads=config.allocation.ocr_max_threads,
+            asr_max_threads=config.allocation.asr_max_threads,
+            pool=pool,
+        )
+        # The shared OCR pool gets a worker per core: the budget bounds the threads.
+        single = vision_config.ocr.model_copy(update={"intra_op_threads": 1})
+        vision_config = vision_config.model_copy(update={"ocr": single})
     own_pools: list[ThreadPoolExecutor] = []
     if ocr_pool is None and config.ocr and len(media_inputs) > 1:
         # Several streams' OCR reads share one pool, a worker per core's worth of OCR
@@ -318,7 +347,10 @@ async def build_pipeline(
         own_pools.append(ocr_pool)
     # One timeline and one language-model stage for all streams: each keeps its state per
     # stream, and the LM batches every stream's answers through one KV-cache pool.
-    lm = LMStage(lm_config(config, n_streams)) if config.lm is not None else None
+    lm = None
+    if config.lm is not None:
+        lm_settings = lm_config(config, n_streams)
+        lm = models.lm_stage(lm_settings) if models is not None else LMStage(lm_settings)
     timeline = TimelineStage(config.timeline) if lm is not None else None
     for i, item in enumerate(inputs):
         if isinstance(item, TextSource):
@@ -353,7 +385,13 @@ async def build_pipeline(
             vision_policy = make_policy(
                 vision_config.policy, realtime=config.realtime, signals=signals
             )
-            ocr = OcrStage(vision_config, policy=vision_policy, name=f"ocr:{stream_id}")
+            ocr_name = f"ocr:{stream_id}"
+            engine = None
+            if models is not None:
+                engine = models.ocr_engine(
+                    vision_config.ocr, stage=ocr_name, streams=n_streams, slot=i
+                )
+            ocr = OcrStage(vision_config, policy=vision_policy, engine=engine, name=ocr_name)
             if ocr_pool is not None:
                 ocr.share_executor(ocr_pool)
             ocr_stages[stream_id] = ocr
@@ -379,11 +417,17 @@ async def build_pipeline(
                 # Slide-aware ASR: the stream's `ocr` events reach its ASR stage by observation.
                 screen = ScreenTerms(stream_id, window_s=asr_config.prime_window_s)
                 pipeline.observe(screen)
+            asr_name = f"asr:{stream_id}"
             asr = AsrStage(
                 asr_config,
+                transcriber=(
+                    models.transcriber(asr_config, stage=asr_name, slot=i)
+                    if models is not None
+                    else None
+                ),
                 screen_terms=screen,
                 live=config.realtime or source.live,
-                name=f"asr:{stream_id}",
+                name=asr_name,
             )
             pipeline.link(source, asr, maxsize=config.audio_queue)
             branch_ends.append(asr)
@@ -412,6 +456,8 @@ async def build_pipeline(
         policies=policies,
         signals=signals,
         executors=own_pools,
+        allocation=monitor,
+        governor=config.allocation.governor,
     )
 
 
@@ -454,7 +500,8 @@ async def run_job(job: Job, sinks: list[EventSink]) -> None:
     job.wall_start_s = now_wall()
     job.cpu_start_s = _cpu_s()
     try:
-        await job.pipeline.run()
+        with governor(job.governor):
+            await job.pipeline.run()
     finally:
         for executor in job.executors:
             executor.shutdown(wait=False, cancel_futures=True)

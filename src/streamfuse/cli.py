@@ -48,6 +48,11 @@ class OcrPrecisionChoice(StrEnum):
     fp32 = "fp32"
 
 
+class ThreadsChoice(StrEnum):
+    fixed = "fixed"
+    load = "load"
+
+
 out = Console()
 
 # Gemma 3 270M is a base model, not a chat model: answers are rough. Of the prompts tried on the
@@ -116,8 +121,11 @@ async def _run(
     *,
     resume: Any = None,
     stop: _Stop | None = None,
+    models: Any = None,
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Run the job; `resume`: the `ResumePoint` of `out_path`, continued (appended to)."""
+    """Run the job; `resume`: the `ResumePoint` of `out_path`, continued (appended to);
+    `models`: the `StageModels` the stages take their models from (a harness running many
+    inputs in one process passes a `ModelSet` loaded once)."""
     from streamfuse import telemetry
     from streamfuse.app import build_pipeline, run_job
     from streamfuse.events import EventIds
@@ -144,7 +152,7 @@ async def _run(
         if point is not None:
             for sink in sinks:
                 sink.ids = EventIds(run=point.runs)
-        job = await build_pipeline(inputs, config, sinks, resume=point)
+        job = await build_pipeline(inputs, config, sinks, resume=point, models=models)
         stop.job = job
         view = ConsoleView({s.stream_id: s.duration_s for s in job.sources})
         job.pipeline.observe(view)
@@ -292,6 +300,15 @@ def run(
             "every new slide, every 30 s and at the end), streamed as lm_token / lm events.",
         ),
     ] = None,
+    threads: Annotated[
+        ThreadsChoice | None,
+        typer.Option(
+            "--threads",
+            help="How the streams' OCR and ASR model threads share the cores: fixed (default: "
+            "cores // streams each, set once) or load (leased per call, following each "
+            "stage's measured busy time; allocation.mode).",
+        ),
+    ] = None,
     otlp: OtlpOption = None,
     prometheus_port: PrometheusPortOption = None,
     trace_ratio: TraceRatioOption = None,
@@ -361,6 +378,7 @@ def run(
         ocr_budget_s=ocr_budget_s,
         ocr_precision=ocr_precision.value if ocr_precision else None,
         ask=ask,
+        threads=threads.value if threads else None,
         telemetry=_telemetry_options(otlp, prometheus_port, trace_ratio),
         source=_source_options(input_option, reconnect_attempts, stall_timeout_s),
         base=base,
@@ -464,6 +482,7 @@ def _run_main(
     ocr_budget_s: float | None = None,
     ocr_precision: str | None = None,
     ask: str | None = None,
+    threads: str | None = None,
     telemetry: dict[str, Any] | None = None,
     source: dict[str, Any] | None = None,
     base: dict[str, Any] | None = None,
@@ -484,6 +503,8 @@ def _run_main(
             extra["vision"] = vision
         if ask is not None:
             extra["lm"] = {"ask": ask}
+        if threads is not None:
+            extra["allocation"] = {"mode": threads}
         if telemetry:
             extra["telemetry"] = telemetry
         if source:
@@ -692,17 +713,18 @@ def _cut_truth(truth: Any, end_s: float) -> tuple[Any, float]:
 
 
 async def _measure_point(
-    doc: dict[str, Any], clip: Path, truth: Any, streams: int, meter: Any
+    doc: dict[str, Any], clip: Path, truth: Any, streams: int, meter: Any, models: Any = None
 ) -> dict[str, float | None]:
     """Run `clip` as `streams` inputs under the job config `doc`; score every stream against
-    `truth` and keep the worst latency and the mean error rates."""
+    `truth` and keep the worst latency and the mean error rates. `models`: a `StageModels`
+    whose pool keeps the OCR and Whisper models loaded from one point to the next."""
     from streamfuse.app import StreamfuseConfig, build_pipeline, run_job
     from streamfuse.evaluation import evaluate
     from streamfuse.sinks import CollectSink
 
     config = StreamfuseConfig.model_validate(doc)
     sink = CollectSink()
-    job = await build_pipeline([str(clip)] * streams, config, [sink])
+    job = await build_pipeline([str(clip)] * streams, config, [sink], models=models)
     meter.start()
     await run_job(job, [sink])
     reading = meter.stop()
@@ -741,10 +763,10 @@ def pareto(
     ] = None,
     truth: Annotated[Path | None, typer.Option(help="Its ground truth (with CLIP).")] = None,
     quick: Annotated[
-        bool, typer.Option(help="50 configurations on the first 5 s of the clip.")
+        bool, typer.Option(help="30 configurations on the first 5 s of the clip.")
     ] = False,
     n_configs: Annotated[
-        int | None, typer.Option("--configs", min=2, help="Configurations (default 50 / 120).")
+        int | None, typer.Option("--configs", min=2, help="Configurations (default 30 / 60).")
     ] = None,
     clip_s: Annotated[
         float | None, typer.Option(help="Seconds of the clip each run plays (default 5 / 12).")
@@ -771,6 +793,7 @@ def pareto(
 
     from streamfuse.assets import demo_files
     from streamfuse.evaluation import load_truth
+    from streamfuse.model_pool import ModelPool, StageModels
     from streamfuse.qos.energy import EnergyMeter
     from streamfuse.qos.pareto import (
         Point,
@@ -793,7 +816,7 @@ def pareto(
         raise _fail(str(e)) from None
     if (clip is None) != (truth is None):
         raise _fail("give both CLIP and --truth, or neither (the bundled lecture)")
-    n = n_configs or (50 if quick else 120)
+    n = n_configs or (30 if quick else 60)
     configs = SweepSpace().sample(n, seed=seed)
     meter = EnergyMeter()
     energy = (
@@ -803,6 +826,8 @@ def pareto(
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     points: list[Point] = []
+    # Models stay loaded from one point to the next (loading is not what a point measures).
+    models = StageModels(pool=ModelPool())
     with demo_files() as files, tempfile.TemporaryDirectory() as tmp:
         src, truth_path = (clip, truth) if clip is not None else (files.clip, files.truth)
         assert src is not None and truth_path is not None
@@ -814,7 +839,9 @@ def pareto(
                 progress.update(task, description=c.name)
                 doc = c.job_config(realtime=realtime)
                 try:
-                    metrics = asyncio.run(_measure_point(doc, piece, short, c.streams, meter))
+                    metrics = asyncio.run(
+                        _measure_point(doc, piece, short, c.streams, meter, models)
+                    )
                 except StreamfuseError as e:
                     err.print(f"[yellow]{c.name}: {e}[/yellow]", highlight=False)
                     metrics = {}
@@ -990,6 +1017,7 @@ def bench(
     )
     out.print(table)
     out.print(f"energy: {result['energy_note']}; models: {', '.join(result['models'])}")
+    out.print(f"cpu frequency: {machine['cpufreq']}", highlight=False)
     if as_json:
         typer.echo(json.dumps(result))
 

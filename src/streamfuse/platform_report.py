@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from streamfuse.qos.allocation import cpu_frequency
 from streamfuse.qos.energy import EnergyMeter
 from streamfuse.stats import percentiles
 from streamfuse.testing.machine import cpu_description
@@ -107,6 +108,7 @@ def machine_facts() -> dict[str, Any]:
     """CPU (model, cores, SIMD extensions), memory, GPU, frequency governor, OS, versions."""
     import psutil
 
+    freq = cpu_frequency()
     facts: dict[str, Any] = {
         "cpu": cpu_description(),
         "cores": os.cpu_count(),
@@ -114,8 +116,10 @@ def machine_facts() -> dict[str, Any]:
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
         "gpu": _gpu(),
-        "governor": _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
-        "cpu_mhz": _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq", scale=1e-3),
+        # cpufreq where the OS exposes it (containers and many VMs do not: "not exposed").
+        "governor": "/".join(sorted(set(freq.governors))) if freq.exposed else "not exposed",
+        "cpu_mhz": max(freq.cur_mhz) if freq.cur_mhz else None,
+        "cpufreq": freq.summary(),
         "versions": {},
     }
     for package in PACKAGES:
@@ -124,14 +128,6 @@ def machine_facts() -> dict[str, Any]:
         except importlib.metadata.PackageNotFoundError:
             continue
     return facts
-
-
-def _read(path: str, scale: float | None = None) -> Any:
-    try:
-        text = Path(path).read_text().strip()
-    except OSError:
-        return None  # not exposed (containers, VMs): reported as unknown
-    return round(float(text) * scale) if scale is not None else text
 
 
 def _gpu() -> str | None:

@@ -80,6 +80,16 @@ def test_a_damaged_packet_costs_its_frames_not_the_rest_of_the_file(
     assert len(video) >= 80 and video[-1].t_media > 2.5  # of 90 frames, up to the end
 
 
+def test_a_stream_without_a_decoder_is_skipped_not_fatal(clip: Path, tmp_path: Path) -> None:
+    # Bit flips in the video sample entry left a stream with no codec context: opening the
+    # file raised AttributeError (a crash in the 1000-file run); now the sound is still read.
+    path = mutate.wrong_header(clip, tmp_path / "codec.mp4", "codec")
+    frames, failure = _read(path)
+    assert failure is None
+    assert not [f for f in frames if isinstance(f, VideoFrame)]
+    assert _audio_s(frames) == pytest.approx(3.0, abs=0.2)
+
+
 @pytest.mark.parametrize(
     "make",
     [

@@ -32,6 +32,7 @@ from streamfuse.sinks.base import EventSink
 
 if TYPE_CHECKING:
     from streamfuse.app import Job, StreamfuseConfig
+    from streamfuse.modelset import ModelSet
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +59,11 @@ class RayConfig(BaseModel):
     batch: int = Field(64, ge=1, le=10_000, description="Events fetched per pull.")
     host_cpus: float = Field(
         1.0, ge=0.0, le=1024.0, description="CPUs a node's host actor reserves on its node."
+    )
+    share_models: bool = Field(
+        True,
+        description="Load the OCR and speech models once per node and share them among the "
+        "node's streams (one call at a time each); False: every stream loads its own.",
     )
 
 
@@ -172,13 +178,31 @@ class _Hosted:
 
 class StreamHost:
     """The streams of one node, each its own pipeline in this actor's event loop (created with
-    `ray.remote` by `run_on_ray`, pinned to its node)."""
+    `ray.remote` by `run_on_ray`, pinned to its node).
 
-    def __init__(self) -> None:
+    With `share_models` the node's streams share one `ModelSet`: the OCR and speech models
+    are loaded once per node, not per stream, and serve the streams one call at a time, each
+    with the threads one stream alone would get (not a per-stream share of the cores).
+    """
+
+    def __init__(self, share_models: bool = True) -> None:
         logging.getLogger("faster_whisper").setLevel(logging.ERROR)
         logging.getLogger("RapidOCR").setLevel(logging.ERROR)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         self._streams: dict[str, _Hosted] = {}
+        self._share = share_models
+        self._models: ModelSet | None = None
+
+    def _model_set(self, config: StreamfuseConfig) -> ModelSet | None:
+        from streamfuse.app import share_cores
+        from streamfuse.modelset import ModelSet
+
+        if self._share and self._models is None:
+            vision, asr = share_cores(config, 1)
+            self._models = ModelSet(
+                ocr_threads=vision.ocr.intra_op_threads, asr_threads=asr.cpu_threads
+            )
+        return self._models
 
     def where(self) -> dict[str, Any]:
         import ray
@@ -195,7 +219,9 @@ class StreamHost:
         config = StreamfuseConfig.model_validate_json(config_json)
         source = media_source(location, stream_id, config)
         sink = _QueueSink(buffer)
-        job = await build_pipeline([source], config, [sink], n_streams=n_streams)
+        job = await build_pipeline(
+            [source], config, [sink], n_streams=n_streams, models=self._model_set(config)
+        )
         task = asyncio.create_task(run_job(job, [sink]), name=f"stream:{stream_id}")
         self._streams[stream_id] = _Hosted(job, sink, task)
         return {"duration_s": source.duration_s}
@@ -228,6 +254,21 @@ class StreamHost:
             hosted.task.cancel()
             await asyncio.gather(hosted.task, return_exceptions=True)
 
+    def memory(self) -> dict[str, Any]:
+        """This node's host process: resident and peak resident memory (MiB), and the models
+        its shared set loaded (empty without sharing)."""
+        import resource
+
+        import psutil
+
+        # ru_maxrss is in KiB on Linux.
+        peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        return {
+            "rss_mib": round(psutil.Process().memory_info().rss / 2**20, 1),
+            "peak_rss_mib": round(peak_mib, 1),
+            "models_loaded": dict(self._models.loads) if self._models else {},
+        }
+
 
 # -- the driver side ----------------------------------------------------------------------------
 
@@ -255,6 +296,8 @@ class RayReport:
     nodes: int
     wall_s: float
     summary: dict[str, Any]
+    #: Per live node at the end: its host's memory and model loads (`StreamHost.memory`).
+    hosts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class _Cluster:
@@ -300,7 +343,7 @@ class _Cluster:
                 max_restarts=0,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
             )
-            actor = self.hosts[node_id] = remote.remote()
+            actor = self.hosts[node_id] = remote.remote(self.config.share_models)
             self.load.setdefault(node_id, 0)
         return actor
 
@@ -395,7 +438,13 @@ async def run_on_ray(
     summary = _merged_summary(runs, config.realtime, time.monotonic() - started)
     for sink in sinks:
         sink.emit(summary)
-    return RayReport(runs, n_nodes, time.monotonic() - started, summary)
+    hosts: dict[str, dict[str, Any]] = {}
+    for node, actor in list(cluster.hosts.items()):
+        try:
+            hosts[node] = await actor.memory.remote()
+        except lost_node:
+            continue  # died after its streams ended: nothing to report
+    return RayReport(runs, n_nodes, time.monotonic() - started, summary, hosts)
 
 
 def _merged_summary(runs: Sequence[StreamRun], realtime: bool, wall_s: float) -> dict[str, Any]:

@@ -203,6 +203,13 @@ class MediaSource(Source):
         self.has_audio = bool(c.streams.audio) and self.want_audio
         if not c.streams.video and not c.streams.audio:
             raise SourceError(f"no audio or video stream in {loc}")
+        # A damaged header can name a codec FFmpeg has no decoder for (no codec context): that
+        # stream is unusable, the other may not be (the build notes the path it skips, and an
+        # input left with neither is refused with its name).
+        for kind, streams in (("video", c.streams.video), ("audio", c.streams.audio)):
+            if streams and streams[0].codec_context is None and getattr(self, f"has_{kind}"):
+                log.warning("%s: no decoder for its %s stream; %s skipped", loc, kind, kind)
+                setattr(self, f"has_{kind}", False)
         # Inputs without a duration over HTTP (MPEG-TS streams, live HLS, fragmented MP4)
         # are paced like files when asked: only these protocols and devices pace themselves.
         self.live = self._is_live()

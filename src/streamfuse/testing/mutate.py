@@ -57,7 +57,8 @@ def truncated(src: str | Path, dst: str | Path, fraction: float) -> Path:
 def wrong_header(src: str | Path, dst: str | Path, how: str, *, seed: int = 0) -> Path:
     """`src` with a damaged start: `garbage` (first 64 bytes random), `magic` (the MP4 `ftyp`
     box renamed), `prefix` (4 KiB of noise before the real file), `swap` (the halves of the
-    file exchanged)."""
+    file exchanged), `codec` (the video sample entry `avc1` renamed: a stream FFmpeg finds
+    but has no decoder for)."""
     data = bytearray(Path(src).read_bytes())
     rng = random.Random(seed)
     if how == "garbage":
@@ -69,8 +70,10 @@ def wrong_header(src: str | Path, dst: str | Path, how: str, *, seed: int = 0) -
     elif how == "swap":
         half = len(data) // 2
         data = data[half:] + data[:half]
+    elif how == "codec":
+        data = bytearray(bytes(data).replace(b"avc1", b"xxxx"))
     else:
-        raise ValueError(f"unknown header damage {how!r} (garbage, magic, prefix, swap)")
+        raise ValueError(f"unknown header damage {how!r} (garbage, magic, prefix, swap, codec)")
     Path(dst).write_bytes(bytes(data))
     return Path(dst)
 
@@ -289,7 +292,7 @@ def _families() -> list[tuple[str, str, Maker]]:
         return f"truncate-{fraction:.2f}", truncated(src, dst, fraction)
 
     def headers(src: Path, dst: Path, i: int) -> tuple[str, Path]:
-        how = ("garbage", "magic", "prefix", "swap")[i % 4]
+        how = ("garbage", "magic", "prefix", "swap", "codec")[i % 5]
         return f"header-{how}-s{i}", wrong_header(src, dst, how, seed=i)
 
     def zero(src: Path, dst: Path, i: int) -> tuple[str, Path]:
