@@ -15,7 +15,9 @@ Same model (the bundled Gemma 3 270M GGUF), same prompts, same torch thread coun
 The machine is usually shared, so every timing is the best of a few interleaved rounds (other
 jobs only ever slow a run down). The last line is one JSON object: baseline_tok_s,
 single_tok_s, batch8_tok_s, spec_speedup, spec_identical, peak_rss_mb, cancel_to_free_ms
-(plus a few more keys after those).
+(plus a few more keys after those), and the machine: `cpu`, `cpu_features` (avx2 / avx512f /
+avx512_vnni / amx flags from /proc/cpuinfo) and `kernel_path` (fused kernels or eager ops,
+ATen's ISA, and the oneDNN ISA and primitive the int8 products ran on).
 
     python benchmarks/lm.py [--quick] [--threads 2] [--skip-baseline] [--out results.json]
 """
@@ -361,7 +363,9 @@ def main() -> None:
     import torch
 
     from streamfuse.lm.config import ModelConfig
+    from streamfuse.lm.kernels import cpu_features, kernel_path
     from streamfuse.lm.loader import load_model
+    from streamfuse.testing.machine import cpu_description
 
     q = args.quick
     max_new = 32 if q else 128
@@ -374,6 +378,15 @@ def main() -> None:
     load_s = time.perf_counter() - t0
     rss_model = _rss_mb()
     results: dict[str, Any] = {"threads": args.threads, "quick": q, "load_s": load_s}
+    # A figure only holds on the ISA it ran on (AVX2 vs AVX-512 VNNI vs AMX): name both the
+    # CPU's features and the code paths that actually ran.
+    machine = {
+        "cpu": cpu_description(),
+        "cpu_features": cpu_features(),
+        "kernel_path": kernel_path(model.fused),
+    }
+    log.info("machine: %s", json.dumps(machine))
+    results.update(machine)
     prompts = [tok.encode(p, add_bos=True) for p in PROMPTS]
 
     def phase(name: str) -> None:
@@ -429,6 +442,7 @@ def main() -> None:
         "decode_step_ms": round(results["cancel"]["step_ms"], 1),
         "stream_tokens": results["stream"]["tokens"],
         "threads": args.threads,
+        **machine,
     }
     detail = json.dumps(results, indent=1, default=str)
     print(detail, file=sys.stderr)

@@ -410,7 +410,7 @@ async def build_pipeline(
                 pipeline.link(change, ocr, policy=policy)
             branch_ends.append(ocr)
         elif config.ocr:
-            warnings.append(_note(stream_id, location, "no video stream: OCR skipped"))
+            warnings.append(_note(stream_id, location, "no usable video stream: OCR skipped"))
         if config.asr and source.has_audio:
             screen = None
             if stream_id in ocr_stages and asr_config.prime_max_terms > 0:

@@ -116,10 +116,10 @@ def test_audio_only_and_video_only_run_what_they_can(tmp_path: Path) -> None:
         "run", str(remux(SHORT, tmp_path / "a.mp4", video=False)), "-o", str(a_out), "--no-live"
     )
     assert a.returncode == 0, a.stderr
-    assert "no video stream" in a.stderr and "Traceback" not in a.stderr
+    assert "no usable video stream" in a.stderr and "Traceback" not in a.stderr
     evs = events(a_out)
     assert any(e["type"] == "asr" for e in evs) and not any(e["type"] == "ocr" for e in evs)
-    assert any(e["type"] == "error" and "no video" in e["message"] for e in evs)
+    assert any(e["type"] == "error" and "no usable video" in e["message"] for e in evs)
     v = cli(
         "run", str(remux(SHORT, tmp_path / "v.mp4", audio=False)), "-o", str(v_out), "--no-live"
     )

@@ -172,7 +172,7 @@ def test_engine_dropping_prefill_then_speculative_equals_greedy_on_the_kept_cont
     assert outs[True] == outs[False]
     # Reference: the same plan, then plain greedy decoding on the kept slot.
     pool = model.kv_pool(num_slots=1, max_tokens=96)
-    plan = method_plan(method, n, 0.25, query_rows=4, seed=1, layers=(-1, 1, 2, 3))
+    plan = method_plan(method, n, 0.25, query_rows=4, seed=1, layers=LMConfig().dropping.layers)
     first = model.forward(torch.tensor(ids), [Segment(0, 0, n)], pool, drop=plan, greedy=True)
     ref = [int(first[0])]
     m = len(plan.kept)
@@ -247,3 +247,31 @@ def test_heavy_hitter_eviction_keeps_speculative_identical_to_greedy(model: Gemm
         outs.append(eng.generate(ids, 24, speculative=spec, stop_ids=()))
         assert eng.stats.truncations >= 1
     assert outs[0] == outs[1]
+
+
+def test_ours_keeps_whole_lines_first_and_recent_lines_and_the_similar_one(
+    model: GemmaModel,
+) -> None:
+    """Semantic units, not scattered tokens: the first line (the header), the lines just before
+    the question and the line most similar to it survive whole; at most one line is cut."""
+    lines, width, query = 14, 8, 4
+    n = 1 + lines * width + query
+    groups = torch.tensor([0] + [1 + i // width for i in range(lines * width)] + [99] * query)
+    sim = torch.full((n,), 0.1)
+    sim[groups == 6] = 0.9  # the question is about line 6
+    sim[groups == 9] = 0.5
+    ctx = ContextInfo(groups, groups % 2, sim)
+    plan = method_plan("ours", n, 0.3, query_rows=query, info=ctx)
+    model.forward(
+        torch.tensor([2] + [4 + i % 80 for i in range(n - 1)]),
+        [Segment(0, 0, n)],
+        model.kv_pool(num_slots=1, max_tokens=n),
+        drop=plan,
+    )
+    kept = torch.tensor(plan.kept)
+    per_line = {g: int((groups[kept] == g).sum()) for g in range(1, lines + 1)}
+    assert per_line[1] == width  # the header line
+    assert per_line[6] == width  # the most similar line
+    assert per_line[lines] == width  # the most recent line
+    partial = [g for g, k in per_line.items() if 0 < k < width]
+    assert len(partial) <= 1, per_line

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from streamfuse.lm.evalset import (
     DEFAULT_SET,
+    SECOND_CLIPS,
+    SECOND_SET,
     answer_correct,
+    build_set,
     load_set,
     qa_pairs,
     timeline_text,
@@ -65,3 +71,15 @@ def test_committed_set_loads_and_every_answer_is_in_its_context() -> None:
     assert {p.kind for p in pairs} == {"slide_value", "slide_label", "speech_subject"}
     for p in pairs:
         assert p.answer in context, p
+
+
+def test_second_split_uses_other_clips_and_regenerates_identically() -> None:
+    """The held-out split shares no clip with the default one and is what the rules make."""
+    a = json.loads(DEFAULT_SET.read_text())
+    b = json.loads(SECOND_SET.read_text())
+    assert not set(a["clips"]) & set(b["clips"])
+    root = DEFAULT_SET.parents[3]
+    clips = [(Path(c).name.removesuffix(".truth.json"), root / c) for c in SECOND_CLIPS]
+    assert build_set(clips) == b
+    _, pairs = load_set(SECOND_SET)
+    assert len(pairs) >= 8

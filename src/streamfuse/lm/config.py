@@ -82,7 +82,7 @@ class DroppingConfig(_Frozen):
 
     method: DropMethod = "ours"
     layers: tuple[int, ...] = Field(
-        default=(-1, 1, 2, 3), min_length=1, description="Drop points, ascending (-1: input)."
+        default=(-1, 1), min_length=1, description="Drop points, ascending (-1: input)."
     )
     rate_first: float = Field(default=0.4, gt=0.0, lt=1.0)
     rate_last: float = Field(default=0.1, gt=0.0, lt=1.0)

@@ -220,51 +220,59 @@ class ContextInfo:
     similarity: Tensor | None = None
 
 
-#: Ours by default: a coarse drop before the first layer (MiniLM line similarity: no model
-#: work spent on what is clearly off-topic), then after layers 1-3 by the question's attention;
-#: rates decay 0.4 -> 0.1 with depth (scaled so the last point lands on the ratio).
-OURS_LAYERS: tuple[int, ...] = (-1, 1, 2, 3)
+#: Ours by default: a coarse cut before the first layer (whole lines, by MiniLM similarity to
+#: the question, the first line and the most recent lines kept: no model work spent on what is
+#: clearly off-topic, and the input-level cut is what makes prefill cheap), then one refinement
+#: after layer 1 by the question's attention pooled per line. The rates decay 0.4 -> 0.1 with
+#: depth (scaled so the last point lands on the ratio): at 25% kept the first cut keeps ~30%.
+OURS_LAYERS: tuple[int, ...] = (-1, 1)
 FASTV_LAYER = 2
 SINK_TOKENS = 4
+#: Share of ours' budget that goes to the most recent lines before the question (StreamingLLM's
+#: window, at line granularity: the continuation depends on the latest context most).
+RECENT_SHARE = 0.25
 
 
 def ours_scorer(
     info: ContextInfo,
+    budget: int,
     *,
-    sim_weight: float = 0.5,
-    line_weight: float = 0.5,
+    recent_share: float = RECENT_SHARE,
+    attention_weight: float = 0.5,
     signals: dict[str, float] | None = None,
 ) -> Callable[[LayerView], Tensor]:
-    """Attention from the question rows, accumulated over the drop layers (deeper layers weigh
-    more), pooled over each token's timeline line, mixed with MiniLM line similarity."""
-    weights: list[float] = []
-    state: dict[str, Tensor] = {}
+    """Whole semantic units, not scattered tokens: every row scores as its line does. Ranked
+    first the first line (the header the model continues from), then the lines holding the
+    last `recent_share` of the `budget` context rows, then the rest by MiniLM similarity to
+    the question plus, from layer 0 on, the question's attention pooled over the line. Within
+    a line earlier rows win (a line cut at the budget keeps its beginning). `info.groups`
+    must number the lines in context order."""
+    recent_rows = int(budget * recent_share)
+
+    def units(view: LayerView) -> Tensor:
+        layout = view.layout
+        groups = info.groups.index_select(0, layout)
+        ctx_end = view.total - view.query_rows
+        s = torch.zeros(layout.numel())
+        if info.similarity is not None:
+            s += group_mean(_rank01(info.similarity.index_select(0, layout)), groups)
+        if ctx_end > 1:
+            s += 3.0 * (groups == info.groups[1]).float()  # row 0 is the sink anyway
+            if recent_rows > 0:
+                first_recent = info.groups[max(1, ctx_end - recent_rows) : ctx_end].min()
+                s += 2.0 * ((groups >= first_recent) & (layout < ctx_end)).float()
+        return s - 1e-3 * layout.float() / max(1, view.total)
 
     def score(view: LayerView) -> Tensor:
-        groups = info.groups.index_select(0, view.layout)
-        if view.q is None:  # before the first layer: similarity of the token's line only
-            if info.similarity is None:
-                return torch.zeros(view.layout.numel())
-            return group_mean(info.similarity.index_select(0, view.layout), groups)
+        s = units(view)
+        if view.q is None:
+            return s
         att = query_attention(view)
-        if signals is not None and not weights:
+        if signals is not None and "modal_entropy_gap" not in signals:
             modality = info.modality.index_select(0, view.layout)
             signals["modal_entropy_gap"] = modal_entropy_gap(att, modality)
-        total = torch.zeros(view.total)
-        prev = state.get("acc")
-        # Per-layer re-weighting: a later layer's evidence counts (1 + layer) times.
-        w = 1.0 + view.layer
-        total[view.layout] = _rank01(att) * w
-        if prev is not None:
-            total += prev
-        state["acc"] = total
-        weights.append(w)
-        s = total[view.layout] / sum(weights)
-        s = (1 - line_weight) * s + line_weight * group_mean(s, groups)
-        if info.similarity is not None:
-            sim = _rank01(info.similarity.index_select(0, view.layout))
-            s = (1 - sim_weight) * s + sim_weight * group_mean(sim, groups)
-        return s
+        groups = info.groups.index_select(0, view.layout)
+        return s + attention_weight * group_mean(_rank01(att), groups)
 
     return score
 
@@ -324,14 +332,13 @@ def method_plan(
             layers = [li for li in layers if li >= 0] or [FASTV_LAYER]
         keeps = schedule_keeps(droppable, ratio, decaying_rates(len(layers), *rates))
         signals: dict[str, float] = {}
-        plan = DropPlan(
+        return DropPlan(
             {li: head + query_rows + k for li, k in zip(layers, keeps, strict=True)},
-            ours_scorer(info, signals=signals),
+            ours_scorer(info, round(droppable * ratio), signals=signals),
             protect_head=head,
             query_rows=query_rows,
             signals=signals,
         )
-        return plan
     raise ValueError(f"method {method!r} has no drop plan; expected one of {METHODS}")
 
 

@@ -98,7 +98,14 @@ class LMEngine:
         with self._lock:
             key = request.session
             session = self.sessions.open(key) if key is not None else None
-            context = self.sessions.context_len(key, request.version) if key is not None else 0
+            if request.windows is not None and key is None:
+                raise ConfigError("windows describe a session's context: set Request.session")
+            if key is None:
+                context = 0
+            elif request.windows is not None:
+                context = self.sessions.windows_len(request.windows)
+            else:
+                context = self.sessions.context_len(key, request.version)
             if context + len(request.prompt_ids) == 0:
                 raise ConfigError("empty prompt and no session context to continue from")
             self.scheduler.check_fits(context + len(request.prompt_ids), request.max_new_tokens)
@@ -335,6 +342,7 @@ class LMEngine:
             # The kept rows are now cache entries start..; the dropped ones never were. The
             # commit takes len(kept) tokens off `pending`: take the others off first.
             del seq.pending[: n - len(kept)]
+            seq.rewritten = seq.rewritten or len(kept) < n
             work = Work(seq, [w.tokens[i] for i in kept], "prefill", [], w.wants_logits)
             self._commit([work], pred.tolist() if w.wants_logits else [])
         return n
@@ -415,10 +423,12 @@ class LMEngine:
                     self.pool.release(slot)
             elif seq.req.keep_output or seq.req.max_new_tokens == 0:
                 tail = [seq.last_token] if seq.last_token is not None else []
-                self.sessions.end(s, slot, seq.ids, seq.pending + tail)
+                self.sessions.end(s, slot, seq.ids, seq.pending + tail, rewritten=seq.rewritten)
             else:
                 # The question and answer leave the context: just a shorter slot length.
-                self.sessions.rollback(s, slot, seq.ids, seq.pending, seq.base_len)
+                self.sessions.rollback(
+                    s, slot, seq.ids, seq.pending, seq.base_len, rewritten=seq.rewritten
+                )
         seq.slot = None
         seq.handle._finish(reason)
 

@@ -5,7 +5,10 @@ format) the way `fusion/timeline.py` feeds the LM (`[12.0s] SLIDE: ...` lines af
 header), clip after clip on one clock. `qa_pairs(truth)` derives extraction questions a 270M
 base model can answer ("Q: What is the mean delay?\nA:" -> "180 ms") by fixed rules from slide
 lines and spoken sentences. `answer_correct` scores a generated answer against the known one.
-Run as a module to regenerate the committed set (assets/eval/lmqa/timeline_qa.json).
+Run as a module to regenerate the committed sets: the default split (assets/eval/lmqa/
+timeline_qa.json) and, with `--split b`, a second split from other clips (timeline_qa_b.json:
+the speech-set clips the first does not use, interleaved with the OCR evaluation slides), so
+that a change to token dropping tuned on one can be checked on the other.
 """
 
 from __future__ import annotations
@@ -154,30 +157,45 @@ def load_set(path: Path) -> tuple[list[str], list[QAPair]]:
 
 
 DEFAULT_SET = Path(__file__).resolve().parents[3] / "assets" / "eval" / "lmqa" / "timeline_qa.json"
+SECOND_SET = DEFAULT_SET.with_name("timeline_qa_b.json")
+
+DEFAULT_CLIPS = (
+    "src/streamfuse/assets/demo/lecture.truth.json",
+    "assets/eval/speech/bayes-nyc-brown5.truth.json",
+    "assets/eval/speech/kubernetes-us-white20.truth.json",
+    "assets/eval/speech/mito-scot-pink18.truth.json",
+    "assets/eval/speech/glaciers-wmids-brown10.truth.json",
+    "assets/eval/speech/paths-rp-music.truth.json",
+    "assets/test/short.truth.json",
+)
+SECOND_CLIPS = (
+    "assets/eval/ocr/heldout/heldout_01.truth.json",
+    "assets/eval/speech/chem-lanc-white12-offslide.truth.json",
+    "assets/eval/speech/eigen-carib-babble15.truth.json",
+    "assets/eval/ocr/fresh/fresh_01.truth.json",
+    "assets/eval/speech/transport-f-babble15-offslide.truth.json",
+    "assets/eval/ocr/heldout/heldout_02.truth.json",
+    "assets/eval/speech/human-dickens.truth.json",
+    "assets/eval/ocr/fresh/fresh_02.truth.json",
+    "assets/eval/speech/human-beckett.truth.json",
+    "assets/eval/ocr/heldout/heldout_03.truth.json",
+)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     root = Path(__file__).resolve().parents[3]
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path, default=DEFAULT_SET)
-    parser.add_argument(
-        "--clips",
-        nargs="*",
-        default=[
-            "src/streamfuse/assets/demo/lecture.truth.json",
-            "assets/eval/speech/bayes-nyc-brown5.truth.json",
-            "assets/eval/speech/kubernetes-us-white20.truth.json",
-            "assets/eval/speech/mito-scot-pink18.truth.json",
-            "assets/eval/speech/glaciers-wmids-brown10.truth.json",
-            "assets/eval/speech/paths-rp-music.truth.json",
-            "assets/test/short.truth.json",
-        ],
-    )
+    parser.add_argument("--split", choices=("a", "b"), default="a", help="default or second")
+    parser.add_argument("--out", type=Path, help="default: the split's committed file")
+    parser.add_argument("--clips", nargs="*", help="truth files (default: the split's clips)")
     args = parser.parse_args(argv)
-    clips = [(Path(c).name.removesuffix(".truth.json"), root / c) for c in args.clips]
+    second = args.split == "b"
+    paths = args.clips or (SECOND_CLIPS if second else DEFAULT_CLIPS)
+    out = args.out or (SECOND_SET if second else DEFAULT_SET)
+    clips = [(Path(c).name.removesuffix(".truth.json"), root / c) for c in paths]
     doc = build_set(clips)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 if __name__ == "__main__":

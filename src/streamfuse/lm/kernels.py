@@ -73,3 +73,83 @@ def load_kernels() -> Any | None:
             log.warning("fused LM kernels unavailable, using eager ops (%s)", str(e)[:300])
         _loaded["module"] = module
         return module
+
+
+#: The CPU flags that decide which int8 / float paths are fast here (see `cpu_features`).
+CPU_FEATURES = (
+    "avx2",
+    "fma",
+    "avx512f",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx_vnni",
+    "amx_tile",
+    "amx_int8",
+    "amx_bf16",
+)
+
+
+def cpu_features(cpuinfo: str | None = None) -> dict[str, bool]:
+    """Which of `CPU_FEATURES` this CPU reports (from /proc/cpuinfo, or the text given)."""
+    text = _cpu_flags() if cpuinfo is None else cpuinfo
+    flags: set[str] = set()
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "flags":
+            flags = set(value.split())
+            break
+    return {f: f in flags for f in CPU_FEATURES}
+
+
+_ONEDNN_PROBE = """
+import torch
+a = torch.randint(-127, 127, (64, 640), dtype=torch.int8)
+w = torch.randint(-127, 127, (1024, 640), dtype=torch.int8)
+torch._int_mm(a, w.t())  # the runtime's layout: a transposed view of the row-major weight
+"""
+
+
+def int8_gemm_path(timeout_s: float = 60.0) -> dict[str, str]:
+    """What `torch._int_mm` (every int8 product of the runtime) dispatches to on this machine:
+    oneDNN's verbose log of one product in a fresh process (the log is read once, at oneDNN's
+    first use, so it cannot be switched on in this one). Keys: `isa` (the instruction set
+    oneDNN chose), `impl` (the primitive that ran), or `error`."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, ONEDNN_VERBOSE="1", DNNL_VERBOSE="1")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _ONEDNN_PROBE],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        return {"error": str(e)[:200]}
+    return parse_onednn_log(proc.stdout) or {"error": "no oneDNN log (built without oneDNN?)"}
+
+
+def parse_onednn_log(text: str) -> dict[str, str]:
+    """`isa` and the first executed primitive's `impl` from a oneDNN verbose log."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(",")
+        if len(parts) > 4 and parts[2:4] == ["info", "cpu"] and parts[4].startswith("isa:"):
+            out["isa"] = parts[4].removeprefix("isa:")
+        elif len(parts) > 5 and parts[2:4] == ["primitive", "exec"] and "impl" not in out:
+            out["impl"] = parts[5]  # e.g. gemm_api (jit gemm) or brg_matmul:avx512_core_amx
+    return out
+
+
+def kernel_path(fused: bool) -> dict[str, Any]:
+    """Which code ran the model's layers: the compiled kernels (`-march=native`) or eager ops,
+    the ISA ATen's own kernels (attention, norms) dispatch to, and the int8 product's path."""
+    return {
+        "layers": "fused C++ (-march=native)" if fused else "eager torch ops",
+        "aten_isa": torch.backends.cpu.get_cpu_capability(),
+        "onednn": bool(torch.backends.mkldnn.is_available()),
+        "int8_gemm": int8_gemm_path(),
+    }

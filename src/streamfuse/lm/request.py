@@ -28,6 +28,17 @@ FinishReason = Literal["length", "stop", "cancelled", "interrupted", "error"]
 TokenCallback = Callable[["RequestHandle", list[int]], None]
 
 
+@dataclass(frozen=True, slots=True)
+class ContextWindow:
+    """One revisable piece of a session's context (an ASR utterance, an OCR line): `key`
+    names it across revisions, `version` changes whenever its text does (a partial replaced
+    by its commit, a corrected line)."""
+
+    key: str
+    version: int
+    ids: tuple[int, ...]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Request:
     """One generation (or, with `max_new_tokens=0`, one context feed).
@@ -57,6 +68,10 @@ class Request:
     #: of other sessions; within a session requests still run in submission order.
     priority: int = 0
     drop_info: ContextInfo | None = None
+    #: A session request's whole context as versioned windows (the prompt follows them): the
+    #: cached KV is reused up to the first window whose key or version changed, the rest is
+    #: recomputed. None: the prompt is appended to the session's context as it is.
+    windows: tuple[ContextWindow, ...] | None = None
 
 
 @dataclass
@@ -152,6 +167,8 @@ class Sequence:
     pending: list[int] = field(default_factory=list)  # still to prefill
     last_token: int | None = None  # sampled, not yet in the slot
     base_len: int = 0  # session context length before this request (rollback point)
+    #: Truncation or token dropping moved or removed cached tokens (window offsets are lost).
+    rewritten: bool = False
     drafter: NgramDrafter | None = None
     speculative: bool = False
     cancelled: bool = False

@@ -166,11 +166,12 @@ class Scheduler:
         if s is None:
             seq.pending = list(req.prompt_ids)
         else:
-            seq.ids, unfed = self.sessions.begin(s, req.version, slot)
+            seq.ids, unfed = self.sessions.begin(s, req.version, slot, req.windows)
             seq.pending = unfed + list(req.prompt_ids)
             seq.base_len = len(seq.ids) + len(unfed)
-        if self.attention is not None and not seq.ids:
-            self.attention.reset(slot.index)  # a fresh context: no attention received yet
+        if self.attention is not None:
+            # Positions past the reused prefix are rewritten: forget what they received.
+            self.attention.clear_from(slot.index, len(seq.ids))
         spec = self.config.speculative
         seq.speculative = spec.enabled if req.speculative is None else req.speculative
         if seq.speculative and req.max_new_tokens > 1:
@@ -246,6 +247,7 @@ class Scheduler:
                     seq.slot.index, torch.cat([torch.arange(sink), torch.arange(old - keep, old)])
                 )
             seq.ids = seq.ids[:sink] + seq.ids[old - keep :]
+            seq.rewritten = True
             self.pool.set_length(seq.slot, new_len)
             # The rollback point moves with the tokens; if it fell into the evicted middle the
             # answer's start was evicted too, so keep what survived.
@@ -272,6 +274,7 @@ class Scheduler:
             # The rollback point: the kept tokens that came before it.
             seq.base_len = sum(1 for i in kept if i < seq.base_len)
             seq.ids = [seq.ids[i] for i in kept]
+            seq.rewritten = True
             self.pool.set_length(seq.slot, len(seq.ids))
             self.stats.truncations += 1
         return len(seq.ids) + n <= self.pool.max_tokens

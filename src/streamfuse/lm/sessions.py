@@ -1,8 +1,12 @@
 """The session cache: a rolling context per key, kept in a KV slot between requests.
 
 A session's context carries a version: a request with another version drops it (invalidation)
-instead of reusing it. Idle sessions keep their slot until the pool runs out, then the least
-recently used one is evicted (its context is recomputed on next use). A request that must not
+instead of reusing it. Finer: a request may give its context as versioned windows
+(`ContextWindow`: an ASR utterance, an OCR line); the cached KV is then reused only up to the
+first window whose key or version differs from what the slot was computed over, and everything
+after it is recomputed (later tokens attended to the old text, so their KV is stale too).
+Idle sessions keep their slot until the pool runs out, then the least recently used one is
+evicted (its context is recomputed on next use). A request that must not
 leave its input and output behind rolls the context back to where it began: a shorter slot
 length, no copy. One request per session runs at a time (`busy`). Not thread-safe on its own:
 the engine calls it under its lock.
@@ -12,19 +16,31 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from streamfuse.lm.kv_pool import KVPool, Slot
-from streamfuse.lm.request import EngineStats
+from streamfuse.lm.request import ContextWindow, EngineStats
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowMark:
+    """Window `key` at `version` occupies context offsets start..end-1."""
+
+    key: str
+    version: int
+    start: int
+    end: int
 
 
 @dataclass(eq=False)
 class Session:
     """One key's context: `ids` are cached in `slot` (in slot order: sinks + window), `unfed`
-    still have to be prefilled before the next request's own tokens."""
+    still have to be prefilled before the next request's own tokens. `windows`: the versioned
+    windows the context starts with, in order (empty when it was not given as windows, or was
+    rewritten by truncation or token dropping since: then nothing is reused by window)."""
 
     key: str
     version: int = 0
@@ -33,6 +49,7 @@ class Session:
     unfed: list[int] = field(default_factory=list)
     last_used: float = 0.0
     busy: bool = False
+    windows: list[WindowMark] = field(default_factory=list)
 
     @property
     def context(self) -> list[int]:
@@ -71,6 +88,10 @@ class SessionCache:
             self._sessions[key] = s
         return s
 
+    def windows_len(self, windows: Sequence[ContextWindow]) -> int:
+        """Context tokens a request giving its context as `windows` continues from."""
+        return sum(len(w.ids) for w in windows)
+
     def context_len(self, key: str, version: int) -> int:
         """Context tokens a request with `version` would continue from (0 if it is stale)."""
         s = self._sessions.get(key)
@@ -79,11 +100,20 @@ class SessionCache:
         return len(s.ids) + len(s.unfed)
 
     # -- a request's life -----------------------------------------------------------------
-    def begin(self, s: Session, version: int, slot: Slot) -> tuple[list[int], list[int]]:
+    def begin(
+        self,
+        s: Session,
+        version: int,
+        slot: Slot,
+        windows: Sequence[ContextWindow] | None = None,
+    ) -> tuple[list[int], list[int]]:
         """A request of `s` starts in `slot`: returns (cached ids, ids still to prefill).
 
         A different version drops the context first; a slot that does not hold the context
         (the session was evicted and got a fresh one) starts clean and recomputes it.
+        `windows`: the request's context is exactly these windows (its prompt follows them):
+        the context is cut after the last leading window whose key and version match the
+        cached ones, and the rest of the windows are queued to prefill.
         """
         s.busy = True
         s.last_used = self._clock()
@@ -96,14 +126,49 @@ class SessionCache:
             s.unfed = s.ids + s.unfed
             s.ids = []
             self.pool.set_length(slot, 0)
+        if windows is not None:
+            self._align(s, windows)
         self.stats.reused_tokens += len(s.ids)
         self.stats.recomputed_tokens += len(s.unfed)
         cached, unfed = list(s.ids), s.unfed
         s.unfed = []
         return cached, unfed
 
-    def end(self, s: Session, slot: Slot, ids: list[int], unfed: list[int]) -> None:
-        """The request ended; the context is now `ids` (cached in `slot`) then `unfed`."""
+    def _align(self, s: Session, windows: Sequence[ContextWindow]) -> None:
+        """Cut the context after the leading windows that are unchanged, queue the others."""
+        context = s.ids + s.unfed
+        keep, marks = 0, []
+        for old, new in zip(s.windows, windows, strict=False):
+            if (old.key, old.version) != (new.key, new.version) or old.start != keep:
+                break
+            if old.end - old.start != len(new.ids) or context[old.start : old.end] != list(new.ids):
+                break  # same version, other tokens: the caller broke the contract; recompute
+            marks.append(old)
+            keep = old.end
+        if keep < len(context):
+            self.stats.invalidations += 1  # a changed window: its KV and all after it are stale
+        tail: list[int] = []
+        for w in windows[len(marks) :]:
+            marks.append(
+                WindowMark(w.key, w.version, keep + len(tail), keep + len(tail) + len(w.ids))
+            )
+            tail.extend(w.ids)
+        s.windows = marks
+        if keep <= len(s.ids):
+            s.ids = s.ids[:keep]
+            s.unfed = tail
+            if s.slot is not None and self.pool.is_live(s.slot):
+                self.pool.set_length(s.slot, keep)
+        else:
+            s.unfed = s.unfed[: keep - len(s.ids)] + tail
+
+    def end(
+        self, s: Session, slot: Slot, ids: list[int], unfed: list[int], *, rewritten: bool = False
+    ) -> None:
+        """The request ended; the context is now `ids` (cached in `slot`) then `unfed`.
+        `rewritten`: truncation or token dropping moved tokens (window offsets are lost)."""
+        if rewritten:
+            s.windows = []
         s.ids, s.unfed = list(ids), list(unfed)
         s.slot = slot
         if self.pool.is_live(slot):
@@ -111,10 +176,18 @@ class SessionCache:
         self.idle(s)
 
     def rollback(
-        self, s: Session, slot: Slot, ids: list[int], pending: list[int], base_len: int
+        self,
+        s: Session,
+        slot: Slot,
+        ids: list[int],
+        pending: list[int],
+        base_len: int,
+        *,
+        rewritten: bool = False,
     ) -> None:
         """End a request whose input and output must not stay: keep the first `base_len`
         tokens of the context (cached ones from `ids`, the rest from `pending`)."""
+        s.windows = [] if rewritten else [m for m in s.windows if m.end <= base_len]
         if len(ids) >= base_len:
             self.end(s, slot, ids[:base_len], [])
         else:  # ended before the context was fully prefilled
@@ -138,7 +211,7 @@ class SessionCache:
         if self.pool.is_live(victim.slot):
             self.pool.release(victim.slot)
         victim.slot = None
-        victim.unfed = victim.ids + victim.unfed  # recomputed on next use
+        victim.unfed = victim.ids + victim.unfed  # recomputed on next use (windows still hold)
         victim.ids = []
         self.stats.evictions += 1
         return True
@@ -153,5 +226,6 @@ class SessionCache:
         s.version = version
         s.ids = []
         s.unfed = []
+        s.windows = []
         if s.slot is not None and self.pool.is_live(s.slot):
             self.pool.set_length(s.slot, 0)
