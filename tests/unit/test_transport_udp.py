@@ -182,7 +182,9 @@ def test_a_probe_measures_a_slow_link_and_its_fragments_are_not_nacked_before_th
     measured, before, after, delivered = asyncio.run(run())
     assert measured.bandwidth_bps is not None
     assert 0.6 * 200_000 <= measured.bandwidth_bps <= 1.5 * 200_000
-    assert delivered and after == before
+    # At most one resend: the tail-loss probe, if a loaded machine delays the ACK past the RTO
+    # (NACKs for the fragments still on their way would resend several).
+    assert delivered and after - before <= 1
 
 
 class _Coder:
