@@ -1121,6 +1121,14 @@ class KeepPolicyChoice(StrEnum):
     fixed = "fixed"
 
 
+class LinkChoice(StrEnum):
+    """`TransportConfig.link`."""
+
+    auto = "auto"
+    udp = "udp"
+    tcp = "tcp"
+
+
 @app.command()
 def edge(
     input_path: Annotated[str, typer.Argument(metavar="INPUT", help="Media file or URL.")],
@@ -1133,6 +1141,10 @@ def edge(
         typer.Option(help="How much of a key frame to send: deadline, article or fixed."),
     ] = KeepPolicyChoice.deadline,
     deadline_s: Annotated[float, typer.Option(help="Deadline of a message, seconds.")] = 1.5,
+    link: Annotated[
+        LinkChoice,
+        typer.Option(help="auto: UDP, or TCP to the same port when UDP goes unanswered."),
+    ] = LinkChoice.auto,
     faults: Annotated[
         str | None,
         typer.Option(
@@ -1153,7 +1165,9 @@ def edge(
     _setup_logging(verbose)
     host, port = _host_port(to, "--to")
     try:
-        config = TransportConfig(keep_policy=keep_policy.value, deadline_s=deadline_s)
+        config = TransportConfig(
+            keep_policy=keep_policy.value, deadline_s=deadline_s, link=link.value
+        )
         fault_config = FaultConfig.parse(faults) if faults else None
     except (ValidationError, ValueError) as e:
         raise _fail(f"invalid option: {e}") from None

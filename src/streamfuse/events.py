@@ -17,7 +17,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -36,6 +36,7 @@ class EventType(StrEnum):
     GAP = "gap"
     ERROR = "error"
     STATS = "stats"
+    LINK = "link"
 
 
 class EventSchemaError(StreamfuseError, ValueError):
@@ -197,6 +198,65 @@ class ErrorPayload(Payload):
     stage: str
     message: str
     fatal: bool = False
+
+
+class LinkPayload(Payload):
+    """The state of an edge-cloud link as one end sees it (`streamfuse edge` / `streamfuse
+    cloud`): every few seconds of media and once more at the end (`final`). The edge measures
+    RTT, loss, bandwidth and what it sent; the cloud counts what arrived, late or damaged.
+    Fields one end does not measure are null."""
+
+    type: ClassVar[str] = EventType.LINK
+
+    role: Literal["edge", "cloud"] = Field(description="Which end reports.")
+    final: bool = Field(False, description="The end of the stream's last report.")
+    transport: Literal["udp", "tcp"] | None = Field(
+        None, description="The link's transport: udp, or tcp where UDP is blocked."
+    )
+    deadline_s: float = Field(gt=0.0, description="A message later than this is dropped.")
+    rtt_ms: float | None = Field(None, ge=0.0, description="Smoothed RTT (RFC 6298), edge.")
+    rto_ms: float | None = Field(None, ge=0.0, description="Retransmission timeout, edge.")
+    loss: float | None = Field(
+        None, ge=0.0, le=1.0, description="Share of first copies lost lately, edge."
+    )
+    bandwidth_bps: float | None = Field(
+        None, ge=0.0, description="Bottleneck bandwidth from packet-train dispersion, edge."
+    )
+    queued_bytes: int | None = Field(
+        None, ge=0, description="Bytes sent and not yet acknowledged, edge."
+    )
+    keep_ratio: float | None = Field(
+        None, ge=0.0, le=1.0, description="Patch-grid share of the last key frame sent, edge."
+    )
+    scale: float | None = Field(
+        None, gt=0.0, le=1.0, description="Scale the last key frame was sent at, edge."
+    )
+    messages: int | None = Field(None, ge=0, description="Messages sent, edge.")
+    retransmits: int | None = Field(None, ge=0, description="Fragments resent, edge.")
+    expired: int | None = Field(
+        None, ge=0, description="Messages given up unacknowledged at their deadline, edge."
+    )
+    datagrams: int = Field(0, ge=0, description="Datagrams sent (edge) or received (cloud).")
+    bytes: int = Field(0, ge=0, description="Bytes sent or received, headers included.")
+    malformed: int = Field(0, ge=0, description="Datagrams dropped: bad CRC, bad header.")
+    duplicates: int | None = Field(None, ge=0, description="Duplicate datagrams, cloud.")
+    reordered: int | None = Field(None, ge=0, description="Datagrams out of order, cloud.")
+    late_fragments: int | None = Field(
+        None, ge=0, description="Fragments of messages already given up, cloud."
+    )
+    late_dropped: int | None = Field(
+        None, ge=0, description="Messages given up at their deadline, cloud."
+    )
+    delivered: int | None = Field(None, ge=0, description="Messages delivered, cloud.")
+    nacks_sent: int | None = Field(None, ge=0, description="NACKs sent, cloud.")
+    foreign: int | None = Field(
+        None, ge=0, description="Valid datagrams of another stream or far ahead, cloud."
+    )
+    undecodable: int | None = Field(
+        None, ge=0, description="Messages whose content did not decode, cloud."
+    )
+    video_messages: int | None = Field(None, ge=0, description="Key frames received, cloud.")
+    audio_messages: int | None = Field(None, ge=0, description="Speech chunks received, cloud.")
 
 
 class StageSnapshot(BaseModel):
@@ -399,6 +459,7 @@ __all__ = [
     "EventIds",
     "EventSchemaError",
     "EventType",
+    "LinkPayload",
     "LmPayload",
     "LmTokenPayload",
     "OcrLine",

@@ -87,5 +87,15 @@ def test_cloud_reads_what_a_local_run_reads_through_a_lossy_link(tmp_path: Path)
     assert report.sender["retransmits"] > 0
     assert link["late_dropped"] == 0 and link["undecodable"] == 0
     assert link["video_messages"] == report.key_frames == 3
+    # Link state as events: the cloud's own and the edge's (relayed in-band), every 5 s of
+    # media and a final one each; typed `link` records like any other event.
+    links = cloud.parsed("link")
+    roles = [(r.payload.role, r.payload.final) for r in links]  # type: ignore[attr-defined]
+    assert ("edge", True) in roles and ("cloud", True) in roles
+    assert sum(1 for role, final in roles if role == "cloud" and not final) >= 2
+    edge_last = [r.payload for r in links if r.payload.role == "edge"][-1]  # type: ignore[attr-defined]
+    assert edge_last.rtt_ms is not None and edge_last.rtt_ms >= 100  # 2 x 50 ms one way
+    assert edge_last.bandwidth_bps is not None and edge_last.retransmits > 0
+    assert report.link_events and report.link_events[-1]["final"]
     # Far fewer bytes than the clip itself (H.264 at the demo's settings).
     assert report.video_bytes + report.audio_bytes < clip.stat().st_size / 3

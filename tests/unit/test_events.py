@@ -19,6 +19,7 @@ from streamfuse.events import (
     EventSchemaError,
     EventType,
     GapPayload,
+    LinkPayload,
     LmPayload,
     LmTokenPayload,
     OcrLine,
@@ -36,6 +37,24 @@ pytestmark = pytest.mark.unit
 SCHEMA_FILE = Path(__file__).resolve().parents[2] / "docs" / "events.schema.json"
 
 EXAMPLES: list[Payload] = [
+    LinkPayload(
+        role="edge",
+        transport="udp",
+        deadline_s=1.5,
+        rtt_ms=82.5,
+        rto_ms=130.0,
+        loss=0.04,
+        bandwidth_bps=198_000,
+        queued_bytes=2400,
+        keep_ratio=0.12,
+        scale=0.65,
+        messages=40,
+        retransmits=3,
+        expired=0,
+        datagrams=61,
+        bytes=48_000,
+    ),
+    LinkPayload(role="cloud", final=True, deadline_s=1.5, late_dropped=1, delivered=39),
     OcrPayload(
         lines=[OcrLine(text="Quarterly results", box=(10, 20, 200, 48), conf=0.97)],
         text="Quarterly results",

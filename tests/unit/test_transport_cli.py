@@ -17,6 +17,7 @@ pytestmark = pytest.mark.unit
         (["cloud", "--listen", "127.0.0.1:port"], "--listen expects HOST:PORT"),
         (["edge", "x.mp4", "--to", "127.0.0.1:9", "--faults", "loss=2"], "invalid option"),
         (["edge", "missing.mp4", "--to", "127.0.0.1:9"], "missing.mp4"),
+        (["edge", "x.mp4", "--to", "127.0.0.1:9", "--link", "pigeon"], "pigeon"),
     ],
 )
 def test_bad_options_exit_2_with_a_message(args: list[str], message: str) -> None:

@@ -5,8 +5,10 @@ media clock after decoding)."""
 from __future__ import annotations
 
 import dataclasses
+import lzma
 
 import av
+import cv2
 import numpy as np
 import pytest
 from hypothesis import given
@@ -17,11 +19,16 @@ from streamfuse.frames import AudioFrame
 from streamfuse.sources.media import MonoResampler
 from streamfuse.transport.config import TransportConfig
 from streamfuse.transport.patches import (
+    _LZMA_FILTERS,
+    _MAX_BODY,
+    Reference,
     decode_patches,
     encode_patches,
+    global_shift,
     noise_sigma,
     rle_decode,
     rle_encode,
+    text_scale,
 )
 from streamfuse.transport.speech import OPUS_FRAME, SpeechDecoder, SpeechEncoder
 from streamfuse.transport.tensor import dequantize, tensor_packet
@@ -114,6 +121,120 @@ def test_malformed_patch_payload_is_a_wire_error() -> None:
             decode_patches(bad, message.shape, stream_id="s", arrival_wall=0.0)
 
 
+@pytest.mark.parametrize("levels", [2, 4, 16])
+def test_packed_patches_rebuild_the_same_pixels_as_the_png_atlas_in_fewer_bytes(
+    levels: int,
+) -> None:
+    frame, boxes = _slide()
+    packed = TransportConfig(grey_levels=levels, text_pad_px=0, patch_px=8)
+    png = packed.model_copy(update={"patch_codec": "png"})
+    a, b = encode_patches(frame, boxes, 1.0, packed), encode_patches(frame, boxes, 1.0, png)
+    rebuilt_a = decode_patches(a.payload, a.shape, stream_id="s", arrival_wall=0.0)
+    rebuilt_b = decode_patches(b.payload, b.shape, stream_id="s", arrival_wall=0.0)
+    assert np.array_equal(rebuilt_a.image, rebuilt_b.image)
+    assert len(a.payload) < len(b.payload)
+
+
+def _big_text_slide() -> tuple[KeyFrame, list[tuple[int, int, int, int]]]:
+    """A 640x360 slide with two 60 px tall lines of random 'glyphs' (8 px strokes)."""
+    rng = np.random.default_rng(3)
+    image = np.full((360, 640, 3), 235, dtype=np.uint8)
+    boxes = [(40, 40, 600, 100), (40, 200, 520, 260)]
+    for x0, y0, x1, _y1 in boxes:
+        for x in range(x0 + 4, x1 - 24, 24):
+            for _ in range(3):
+                sx, sy = rng.integers(0, 12), rng.integers(6, 40)
+                horizontal = bool(rng.integers(0, 2))
+                ww, hh = (16, 8) if horizontal else (8, 16)
+                image[y0 + sy : y0 + sy + hh, x + sx : x + sx + ww] = 20
+    frame = KeyFrame(stream_id="s", t_media=1.0, image=image, index=3, reason="change")
+    return frame, boxes
+
+
+def test_large_text_is_sent_scaled_down_and_rebuilt_at_full_size() -> None:
+    frame, boxes = _big_text_slide()
+    config = TransportConfig(text_px=30)
+    assert text_scale(boxes, config) == pytest.approx(0.5)
+    assert text_scale([(0, 0, 50, 20)], config) == 1.0  # small text is never scaled
+    assert text_scale(boxes, TransportConfig(text_px=0)) == 1.0
+    scaled = encode_patches(frame, boxes, 1.0, config)
+    full = encode_patches(frame, boxes, 1.0, TransportConfig(text_px=0))
+    assert scaled.scale == pytest.approx(0.5) and full.scale == 1.0
+    assert scaled.shape[:2] == (12, 20) and full.shape[:2] == (23, 40)
+    assert len(scaled.payload) < 0.8 * len(full.payload)
+    rebuilt = decode_patches(scaled.payload, scaled.shape, stream_id="s", arrival_wall=0.0)
+    assert rebuilt.image.shape == frame.image.shape and rebuilt.index == 3
+    # The strokes come back where they were: dark inside the bars, paper between lines.
+    for x0, y0, x1, y1 in boxes:
+        ink = frame.image[y0:y1, x0:x1, 0] < 128
+        got = rebuilt.image[y0:y1, x0:x1, 0] < 128
+        assert (ink == got).mean() > 0.9
+    assert (rebuilt.image[130:180, :, 0] > 200).all()
+
+
+def test_unchanged_patches_are_copied_from_the_clouds_last_key_frame_across_a_camera_shift() -> (
+    None
+):
+    frame, boxes = _big_text_slide()
+    config = TransportConfig(text_px=0)
+    first = encode_patches(frame, boxes, 1.0, config)
+    held = decode_patches(first.payload, first.shape, stream_id="s", arrival_wall=0.0)
+    reference = Reference(frame.index, held.image[..., 0])
+    # The camera moved 3 px right, 2 px down; sensor noise; nothing else changed.
+    noise = np.random.default_rng(5).normal(0, 2, frame.image.shape)
+    moved = np.clip(np.roll(frame.image, (2, 3), axis=(0, 1)) + noise, 0, 255).astype(np.uint8)
+    shift = global_shift(cv2.cvtColor(moved, cv2.COLOR_RGB2GRAY), reference.grey)
+    assert shift is not None and shift == (pytest.approx(3, abs=0.5), pytest.approx(2, abs=0.5))
+    moved_boxes = [(x0 + 3, y0 + 2, x1 + 3, y1 + 2) for x0, y0, x1, y1 in boxes]
+    again = dataclasses.replace(frame, image=moved, index=9)
+    second = encode_patches(again, moved_boxes, 1.0, config, reference)
+    assert second.reused > 0.8 * second.candidates and len(second.payload) < len(first.payload) / 3
+    rebuilt = decode_patches(
+        second.payload,
+        second.shape,
+        stream_id="s",
+        arrival_wall=0.0,
+        references={frame.index: reference.grey},
+    )
+    ink = moved[..., 0] < 128
+    assert ((rebuilt.image[..., 0] < 128) == ink).mean() > 0.97
+    with pytest.raises(WireError, match="not held"):
+        decode_patches(second.payload, second.shape, stream_id="s", arrival_wall=0.0)
+    # A line that changed is sent, not copied.
+    changed = moved.copy()
+    x0, y0, x1, y1 = moved_boxes[1]
+    changed[y0:y1, x0:x1] = 235
+    changed[y0 + 10 : y1 - 10, x0 + 20 : x1 - 20 : 3] = 20
+    third = encode_patches(
+        dataclasses.replace(again, image=changed, index=10), moved_boxes, 1.0, config, reference
+    )
+    rebuilt = decode_patches(
+        third.payload,
+        third.shape,
+        stream_id="s",
+        arrival_wall=0.0,
+        references={frame.index: reference.grey},
+    )
+    assert third.kept > second.kept
+    line = (slice(y0, y1), slice(x0, x1), 0)
+    assert ((rebuilt.image[line] < 128) == (changed[line] < 128)).mean() > 0.95
+
+
+def test_patch_payloads_that_inflate_too_far_or_scale_too_far_are_wire_errors() -> None:
+    bomb = lzma.compress(b"\0" * (_MAX_BODY + 1000), format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS)
+    with pytest.raises(WireError, match="inflates"):
+        decode_patches(bomb, (10, 10, 16), stream_id="s", arrival_wall=0.0)
+    frame, boxes = _slide()
+    message = encode_patches(frame, boxes, 1.0, TransportConfig())
+    body = lzma.decompress(message.payload, format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS)
+    n_meta = int.from_bytes(body[:4], "big")
+    meta = body[4 : 4 + n_meta].replace(b'"w":200', b'"w":20000')
+    forged = len(meta).to_bytes(4, "big") + meta + body[4 + n_meta :]
+    payload = lzma.compress(forged, format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS)
+    with pytest.raises(WireError, match="out of range"):
+        decode_patches(payload, message.shape, stream_id="s", arrival_wall=0.0)
+
+
 def _demo_audio(seconds: float) -> np.ndarray:
     with demo_files() as files, av.open(str(files.clip)) as c:
         resample, pieces = MonoResampler(), []
@@ -181,7 +302,7 @@ def test_noisy_frames_are_denoised_before_quantization_and_clean_ones_are_not() 
     assert noise_sigma(clean) == 0.0 and noise_sigma(noisy.astype(np.uint8)) > 2.0
     grain = np.random.default_rng(2).normal(0, 4, frame.image.shape)
     camera = dataclasses.replace(frame, image=np.clip(frame.image + grain, 0, 255).astype(np.uint8))
-    on, off = TransportConfig(), TransportConfig(denoise_px=0)
+    on, off = TransportConfig(denoise_px=3), TransportConfig(denoise_px=0)
     assert len(encode_patches(camera, boxes, 1.0, on).payload) < len(
         encode_patches(camera, boxes, 1.0, off).payload
     )

@@ -14,7 +14,8 @@ import pytest
 from streamfuse.clock import now_wall
 from streamfuse.testing.netfault import FaultConfig, FaultProxy
 from streamfuse.transport.config import TransportConfig
-from streamfuse.transport.policy import ArticleKeepPolicy, DeadlineKeepPolicy
+from streamfuse.transport.patches import PatchMessage
+from streamfuse.transport.policy import ArticleKeepPolicy, DeadlineKeepPolicy, FixedKeepPolicy
 from streamfuse.transport.udp import LinkEstimate, RttEstimator, UdpReceiver, UdpSender
 from streamfuse.transport.wire import Kind, Modality, Packet, encode
 
@@ -148,3 +149,79 @@ def test_keep_policies_follow_the_link() -> None:
     assert 0.05 <= kept < 0.2
     # What it keeps is delivered in time at that rate: kept bytes / rate + RTT <= deadline.
     assert 40_000 * kept / 0.2 * 8 / 200_000 + 0.1 <= 1.5
+
+
+def test_a_probe_measures_a_slow_link_and_its_fragments_are_not_nacked_before_their_turn() -> None:
+    async def run() -> tuple[LinkEstimate, int, int, bool]:
+        config = TransportConfig()
+        rx = await UdpReceiver.listen("127.0.0.1", 0, config)
+        proxy = FaultProxy(rx.address, FaultConfig(bandwidth_bps=200_000, delay_ms=20))
+        tx = await UdpSender.connect(*await proxy.start(), config)
+        got: list[int] = []
+
+        async def consume() -> None:
+            async for m in rx.messages():
+                got.append(m.header.sequence)
+
+        consumer = asyncio.create_task(consume())
+        await tx.send_reliable(Packet(kind=Kind.CONTROL, modality=Modality.JSON), b"{}", 5)
+        tx.probe()
+        await tx.drain(3.0)
+        measured = tx.estimate()
+        before = tx.stats.retransmits
+        # 10 datagrams: 0.5 s of serialisation at 200 kbit/s, one every ~48 ms. The receiver
+        # has learned that pace: no NACK (and no resend) for fragments still on their way.
+        seq = tx.send(Packet(modality=Modality.VIDEO_PATCHES), bytes(10 * 1100))
+        await tx.drain(3.0)
+        await rx.close()
+        await consumer
+        await tx.close()
+        await proxy.close()
+        return measured, before, tx.stats.retransmits, seq in got
+
+    measured, before, after, delivered = asyncio.run(run())
+    assert measured.bandwidth_bps is not None
+    assert 0.6 * 200_000 <= measured.bandwidth_bps <= 1.5 * 200_000
+    # At most one resend: the tail-loss probe, if a loaded machine delays the ACK past the RTO
+    # (NACKs for the fragments still on their way would resend several).
+    assert delivered and after - before <= 1
+
+
+class _Coder:
+    """A stand-in for `encode_patches`: bytes grow with the scale squared and the keep ratio."""
+
+    def __init__(self, full_bytes: int, full_keep: float = 0.5) -> None:
+        self.full_bytes, self.full_keep = full_bytes, full_keep
+        self.calls: list[tuple[float, float]] = []
+
+    def __call__(self, keep: float, factor: float) -> PatchMessage:
+        self.calls.append((keep, factor))
+        share = min(1.0, keep / self.full_keep)
+        size = round(self.full_bytes * factor**2 * share)
+        return PatchMessage(bytes(size), (10, 10, 16), min(keep, self.full_keep), 1, 1, factor)
+
+
+def test_the_deadline_policy_sends_coarser_before_it_cuts_text_and_counts_the_queue() -> None:
+    policy = DeadlineKeepPolicy(deadline_s=1.5, min_keep=0.05, headroom=1.0)
+    fast = LinkEstimate(srtt_s=0.1, rto_s=0.3, loss=0.0, bandwidth_bps=5e6)
+    assert len(policy.fit(fast, _Coder(30_000)).payload) == 30_000  # fits: as it is
+    unknown = LinkEstimate(srtt_s=None, rto_s=1.0, loss=0.0, bandwidth_bps=None)
+    assert len(policy.fit(unknown, _Coder(30_000)).payload) == 30_000
+    # 200 kbit/s, 1.4 s after the round trip: 35 KB. A 40 KB frame goes 0.8 x smaller
+    # (25.6 KB), every text patch kept.
+    slow = LinkEstimate(srtt_s=0.1, rto_s=0.3, loss=0.0, bandwidth_bps=200_000)
+    coarser = policy.fit(slow, _Coder(40_000))
+    assert coarser.keep_ratio == 0.5 and len(coarser.payload) <= 35_000
+    assert coarser.scale == pytest.approx(0.8)
+    # 10 KB already queued ahead take 0.4 s of it: the same frame now needs the 0.65 step.
+    queued = LinkEstimate(0.1, 0.3, 0.0, 200_000, queued_bytes=10_000)
+    assert policy.fit(queued, _Coder(40_000)).scale == pytest.approx(0.65)
+    # Far over budget even at the coarsest step: cut to the most important patches there.
+    coder = _Coder(200_000)
+    cut = policy.fit(slow, coder)
+    assert cut.keep_ratio < 0.5 and len(cut.payload) <= 35_000
+    assert coder.calls[-1][1] == 0.65
+    # The fixed ratio codes the frame as configured whatever the link (no coarser step).
+    fixed_coder = _Coder(200_000)
+    assert len(FixedKeepPolicy(0.7).fit(slow, fixed_coder).payload) == 200_000
+    assert {factor for _keep, factor in fixed_coder.calls} == {1.0}

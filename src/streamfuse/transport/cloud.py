@@ -1,7 +1,8 @@
 """The cloud end of the split: `CloudSource` turns the edge's messages back into the frames a
 local run's OCR and ASR stages see (key frames rebuilt from patch tokens; speech decoded onto
 the media clock with silence between), so `build_pipeline` runs them unchanged and the sinks get
-the same events, plus one `link` record with the link's statistics.
+the same events, plus `link` records: the link's statistics as the cloud counts them and
+as the edge measures them (relayed in-band), every few seconds of media and at the end.
 
 `serve_cloud(host, port, ...)` listens, waits for one edge's stream, runs it to its end.
 """
@@ -12,49 +13,28 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from opentelemetry import trace
 from opentelemetry.propagate import extract
-from pydantic import Field
+from pydantic import ValidationError
 
 from streamfuse.clock import now_wall
 from streamfuse.errors import SourceError
-from streamfuse.events import EventRecord, Payload
+from streamfuse.events import EventRecord, LinkPayload
 from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, AudioFrame, ErrorFrame, Frame
 from streamfuse.sinks.base import EventSink
 from streamfuse.sources.media import MediaSource
 from streamfuse.transport.config import TransportConfig
-from streamfuse.transport.patches import decode_patches
+from streamfuse.transport.patches import REFERENCES_HELD, decode_patches
 from streamfuse.transport.speech import SpeechDecoder
+from streamfuse.transport.tcp import DualReceiver, TcpReceiver
 from streamfuse.transport.udp import Message, UdpReceiver
 from streamfuse.transport.wire import Kind, Modality, WireError
 
 log = logging.getLogger(__name__)
 _tracer = trace.get_tracer("streamfuse.transport")
-
-
-class LinkPayload(Payload):
-    """Statistics of an edge-cloud link, as the cloud saw it (one record at the end of a run)."""
-
-    type: ClassVar[str] = "link"
-
-    role: str = Field(description="Which end reports: cloud.")
-    datagrams: int = Field(ge=0)
-    bytes: int = Field(ge=0, description="Bytes received, headers included.")
-    malformed: int = Field(ge=0, description="Datagrams dropped: bad CRC, bad header.")
-    duplicates: int = Field(ge=0)
-    reordered: int = Field(ge=0)
-    late_fragments: int = Field(ge=0, description="Fragments of messages already given up.")
-    late_dropped: int = Field(ge=0, description="Messages given up at their deadline.")
-    delivered: int = Field(ge=0)
-    nacks_sent: int = Field(ge=0)
-    foreign: int = Field(ge=0, description="Valid datagrams of another stream or far ahead.")
-    undecodable: int = Field(ge=0, description="Messages whose content did not decode.")
-    video_messages: int = Field(ge=0)
-    audio_messages: int = Field(ge=0)
-    deadline_s: float
 
 
 class CloudSource(MediaSource):
@@ -65,11 +45,13 @@ class CloudSource(MediaSource):
 
     def __init__(
         self,
-        receiver: UdpReceiver,
+        receiver: UdpReceiver | TcpReceiver | DualReceiver,
         *,
         idle_timeout_s: float = 30.0,
         video: bool = True,
         audio: bool = True,
+        on_record: Callable[[dict[str, Any]], None] | None = None,
+        report_every_s: float = 5.0,
     ) -> None:
         host, port = receiver.address
         super().__init__(f"udp://{host}:{port}", video=video, audio=audio)
@@ -86,6 +68,12 @@ class CloudSource(MediaSource):
         self._audio_t = 0.0  # media time of the next audio window
         self._audio_buf = np.zeros(0, dtype=np.float32)
         self._n_windows = 0
+        self._refs: dict[int, np.ndarray] = {}  # key frame index -> rebuilt grey
+        #: Where `link` records go as they are made (the cloud's, and the edge's as relayed).
+        self.on_record = on_record
+        self.report_every_s = report_every_s
+        self._link_t = 0.0  # latest media time a message carried
+        self._next_report_t = report_every_s
 
     async def open(self) -> None:
         """Wait for the edge's `open` message (raises `SourceError` after `idle_timeout_s`)."""
@@ -144,8 +132,15 @@ class CloudSource(MediaSource):
                     break
             if m is None:
                 break
+            self._link_t = max(self._link_t, m.header.media_time_us / 1e6)
+            if self._link_t >= self._next_report_t:
+                self._next_report_t = self._link_t + self.report_every_s
+                self._emit(self.link_record())
             info = self._control(m)
             if info is not None:
+                if info.get("op") == "link":
+                    self._relay_edge_link(info)
+                    continue
                 if info.get("op") == "end":
                     # Silence up to where the edge's audio ended, as a local run's ASR hears.
                     end_s = float(info.get("audio_end_s") or 0.0)
@@ -178,14 +173,19 @@ class CloudSource(MediaSource):
     def _frames_of(self, m: Message) -> list[Frame]:
         if m.header.modality is Modality.VIDEO_PATCHES and self.has_video:
             self.video_messages += 1
-            return [
-                decode_patches(
-                    m.payload,
-                    m.header.shape,
-                    stream_id=self.stream_id,
-                    arrival_wall=m.complete_wall,
-                )
-            ]
+            key = decode_patches(
+                m.payload,
+                m.header.shape,
+                stream_id=self.stream_id,
+                arrival_wall=m.complete_wall,
+                references=self._refs,
+            )
+            # Later key frames may copy unchanged patches from this one (the edge refers only
+            # to the last REFERENCES_HELD it sent).
+            self._refs[key.index] = key.image[..., 0]
+            while len(self._refs) > REFERENCES_HELD:
+                del self._refs[next(iter(self._refs))]
+            return [key]
         if m.header.modality is Modality.AUDIO_OPUS and self.has_audio:
             self.audio_messages += 1
             t, samples = self._speech.decode(m.payload)
@@ -225,25 +225,53 @@ class CloudSource(MediaSource):
     async def close(self) -> None:
         await self.receiver.close()
 
-    def link_record(self) -> dict[str, Any]:
+    def _transport_kind(self) -> Literal["udp", "tcp"]:
+        r = self.receiver
+        tcp = isinstance(r, TcpReceiver) or (isinstance(r, DualReceiver) and r.link == "tcp")
+        return "tcp" if tcp else "udp"
+
+    def _emit(self, record: dict[str, Any]) -> None:
+        if self.on_record is not None:
+            self.on_record(record)
+
+    def _relay_edge_link(self, info: dict[str, Any]) -> None:
+        """The edge's view of the link, sent in-band: one `link` record with role edge."""
+        fields = {k: v for k, v in info.items() if k != "op"}
+        try:
+            payload = LinkPayload.model_validate({**fields, "role": "edge"})
+        except ValidationError:
+            self.undecodable += 1
+            return
+        self._emit(self._record(payload))
+
+    def _record(self, payload: LinkPayload) -> dict[str, Any]:
+        t = round(self._link_t, 3)
+        record = EventRecord(
+            type=payload.type,
+            stream_id=self.stream_id,
+            t_start=t,
+            t_end=t,
+            latency_ms=0.0,
+            payload=payload,
+        )
+        return record.to_json_dict()
+
+    def link_record(self, *, final: bool = False) -> dict[str, Any]:
+        """The cloud's view of the link now (`final`: at the end, over the whole stream)."""
         s = self.receiver.stats
         payload = LinkPayload(
             role="cloud",
+            final=final,
+            transport=self._transport_kind(),
             undecodable=self.undecodable,
             video_messages=self.video_messages,
             audio_messages=self.audio_messages,
             deadline_s=self.receiver.config.deadline_s,
             **s.as_dict(),
         )
-        record = EventRecord(
-            type=payload.type,
-            stream_id=self.stream_id,
-            t_start=0.0,
-            t_end=round(self.duration_s or self._audio_t, 3),
-            latency_ms=0.0,
-            payload=payload,
-        )
-        return record.to_json_dict()
+        if final:
+            self._link_t = max(self._link_t, self.duration_s or self._audio_t)
+        return self._record(payload)
 
 
 async def serve_cloud(
@@ -260,21 +288,31 @@ async def serve_cloud(
     goes to `sinks`. Returns (the final stats record, the link record)."""
     from streamfuse.app import build_pipeline, run_job
 
-    receiver = await UdpReceiver.listen(host, port, transport or TransportConfig())
+    # UDP and TCP on the same port: the edge falls back to TCP where UDP is blocked.
+    receiver = await DualReceiver.listen(host, port, transport or TransportConfig())
     if on_listen is not None:
         on_listen(receiver.address)
+
+    def emit(record: dict[str, Any]) -> None:
+        for sink in sinks:
+            sink.emit(record)
+
     source = CloudSource(
-        receiver, idle_timeout_s=idle_timeout_s, video=config.ocr, audio=config.asr
+        receiver,
+        idle_timeout_s=idle_timeout_s,
+        video=config.ocr,
+        audio=config.asr,
+        on_record=emit,
+        report_every_s=receiver.config.link_report_s,
     )
     try:
         job = await build_pipeline([source], config, sinks)
         await run_job(job, sinks)
     finally:
         await source.close()
-    link = source.link_record()
+    link = source.link_record(final=True)
     summary = job.summary()
-    for sink in sinks:
-        sink.write(link)
+    emit(link)
     return summary, link
 
 

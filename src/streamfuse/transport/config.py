@@ -19,33 +19,67 @@ class TransportConfig(BaseModel):
     text_pad_px: int = Field(
         6, ge=0, le=64, description="Margin kept around each detected text box, pixels."
     )
-    patch_codec: Literal["jpeg", "png"] = Field(
-        "png", description="Coding of the grey atlas of kept patches."
+    patch_codec: Literal["packed", "png", "jpeg"] = Field(
+        "packed",
+        description="Coding of the kept patches: packed (grey-level indices, 1/2/4 bits a "
+        "pixel, LZMA-coded with the rest of the message), or a PNG / JPEG atlas.",
+    )
+    text_px: int = Field(
+        26,
+        ge=0,
+        le=256,
+        description="The frame is sent scaled so its smallest detected text line is this tall "
+        "(never enlarged; 0: always full size). The recognizer reads lines at 48 px.",
+    )
+    noisy_text_px: int = Field(
+        0,
+        ge=0,
+        le=256,
+        description="`text_px` for noisy (camera) frames, 0: full size. Scaling a noisy "
+        "picture down smears the strokes the 1-bit coding needs: on the camera-like clip OCR "
+        "lost 0.7 points at text_px 26 (docs/edge-cloud.md).",
+    )
+    min_scale: float = Field(
+        0.25, gt=0.0, le=1.0, description="The smallest scale `text_px` may choose."
     )
     grey_levels: int = Field(
-        4,
+        2,
         ge=2,
         le=256,
         description="Grey levels each patch is quantized to between its own darkest and "
-        "brightest pixel (256: no quantization). Text needs few: ink, paper, two edge shades.",
+        "brightest pixel (256: no quantization). Text needs few: ink and paper (2) held the demo's "
+        "OCR within 1 point of the original frames' (docs/edge-cloud.md).",
     )
     denoise_px: int = Field(
-        3,
+        0,
         ge=0,
         le=9,
         description="Gaussian blur kernel (odd px, 0: off) before the grey quantization of a "
         "noisy frame (a camera's): sensor noise would otherwise flip pixels between levels and "
-        "defeat the coding. Clean (rendered) frames are never blurred.",
+        "defeat the coding. Clean (rendered) frames are never blurred. Off by default: on the "
+        "camera-like clip it saved bytes but cost OCR 0.5 points.",
     )
     denoise_min_sigma: float = Field(
         1.0, ge=0.0, le=50.0, description="Estimated noise (grey levels) from which to blur."
+    )
+    reuse_max_diff: float = Field(
+        0.05,
+        ge=0.0,
+        le=0.5,
+        description="A text patch that matches the cloud's copy of an earlier key frame "
+        "(after the camera's global shift) to within this share of pixels is not sent again "
+        "(0: always send every patch).",
     )
     jpeg_quality: int = Field(85, ge=10, le=100, description="JPEG quality of the patch atlas.")
     det_max_side_px: int = Field(
         960, ge=320, le=4096, description="Long side the edge's text detector runs at."
     )
     opus_bitrate_bps: int = Field(
-        16_000, ge=6_000, le=128_000, description="Opus bitrate of the speech sent."
+        12_000,
+        ge=6_000,
+        le=128_000,
+        description="Opus bitrate of the speech sent. On the demo, Whisper's WER is the same "
+        "from 16 down to 10 kbit/s and breaks at 8 (docs/edge-cloud.md); 12 keeps a margin.",
     )
     speech_chunk_s: float = Field(
         0.6, ge=0.1, le=5.0, description="Speech is sent in messages of this much audio."
@@ -79,6 +113,21 @@ class TransportConfig(BaseModel):
         gt=0.0,
         le=5.0,
         description="RTO floor (RFC 6298 says 1 s for TCP; a deadline of ~1 s needs less).",
+    )
+    link: Literal["auto", "udp", "tcp"] = Field(
+        "auto",
+        description="auto: UDP, and TCP to the same port when the cloud does not answer over "
+        "UDP within `udp_timeout_s` (a network that blocks UDP); udp / tcp: only that.",
+    )
+    udp_timeout_s: float = Field(
+        3.0, gt=0.0, le=60.0, description="How long the edge waits for the cloud over UDP."
+    )
+    link_report_s: float = Field(
+        5.0,
+        gt=0.0,
+        le=3600.0,
+        description="Each end reports the link's state (a `link` event) every this many "
+        "seconds of media; the edge's reports travel in-band to the cloud's sinks.",
     )
     nack_delay_s: float = Field(
         0.03, ge=0.0, le=1.0, description="Reordering allowance before a gap is NACKed."

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -19,14 +20,23 @@ from opentelemetry import trace
 from opentelemetry.propagate import inject
 
 from streamfuse.audio.config import AsrConfig
+from streamfuse.events import EventRecord, LinkPayload
 from streamfuse.frames import AudioFrame, VideoFrame
 from streamfuse.sources.config import SourceConfig
 from streamfuse.sources.media import MediaSource
 from streamfuse.testing.netfault import FaultConfig, FaultProxy
 from streamfuse.transport.config import TransportConfig
-from streamfuse.transport.patches import TextBoxes, encode_patches
+from streamfuse.transport.patches import (
+    REFERENCES_HELD,
+    PatchMessage,
+    Reference,
+    TextBoxes,
+    decode_patches,
+    encode_patches,
+)
 from streamfuse.transport.policy import make_keep_policy
 from streamfuse.transport.speech import SpeechChunk, SpeechEncoder
+from streamfuse.transport.tcp import TcpSender, open_link
 from streamfuse.transport.udp import UdpSender
 from streamfuse.transport.wire import Kind, Modality, Packet
 from streamfuse.vision.change import ChangeTracker
@@ -41,6 +51,8 @@ _tracer = trace.get_tracer("streamfuse.transport")
 @dataclass
 class EdgeReport:
     stream_id: str = "main"
+    #: The link the stream went over: udp, or tcp (the fallback when UDP is blocked).
+    link_kind: str = "udp"
     key_frames: int = 0
     video_bytes: int = 0
     speech_messages: int = 0
@@ -49,6 +61,12 @@ class EdgeReport:
     audio_s: float = 0.0
     media_s: float = 0.0
     keep_ratios: list[float] = field(default_factory=list)
+    #: Text patches not sent because the cloud had them from an earlier key frame.
+    reused_patches: int = 0
+    #: Scale each key frame was sent at (1.0: full size; see `TransportConfig.text_px`).
+    scales: list[float] = field(default_factory=list)
+    #: The edge's `link` events (the same records it relays to the cloud), oldest first.
+    link_events: list[dict[str, Any]] = field(default_factory=list)
     #: Per message sent: (sequence, modality, edge wall time it was sent).
     sent: list[tuple[int, str, float]] = field(default_factory=list)
     link: dict[str, Any] = field(default_factory=dict)
@@ -59,6 +77,11 @@ class EdgeReport:
         d = asdict(self)
         d.pop("sent")
         return d
+
+
+def open_body(info: dict[str, Any]) -> bytes:
+    """The CONTROL message that opens a stream on the cloud."""
+    return json.dumps({"op": "open", **info}).encode()
 
 
 def _traceparent() -> str:
@@ -72,7 +95,7 @@ class Edge:
 
     def __init__(
         self,
-        sender: UdpSender,
+        sender: UdpSender | TcpSender,
         config: TransportConfig,
         *,
         change: ChangeDetectorConfig | None = None,
@@ -95,13 +118,34 @@ class Edge:
         )
         self.report = EdgeReport()
         self.audio_end_s = 0.0
+        self._media_t = 0.0
+        self._next_report_t = config.link_report_s
+        self._last_keep: float | None = None
+        self._last_scale: float | None = None
+        self._probe: int | None = None
+        #: (sequence, rebuilt key frame) of the last key frames sent: the cloud holds as many.
+        self._sent_refs: deque[tuple[int, Reference]] = deque(maxlen=REFERENCES_HELD)
 
     async def open(self, info: dict[str, Any], timeout_s: float = 10.0) -> None:
-        self.report.stream_id = str(info.get("stream_id", "main"))
-        body = json.dumps({"op": "open", **info}).encode()
+        """Open the stream on the cloud (`info`: stream id, tracks, size) over this sender."""
         await self.sender.send_reliable(
-            Packet(kind=Kind.CONTROL, modality=Modality.JSON), body, timeout_s
+            Packet(kind=Kind.CONTROL, modality=Modality.JSON), open_body(info), timeout_s
         )
+        self.opened(info)
+
+    def opened(self, info: dict[str, Any]) -> None:
+        """The cloud acknowledged the stream's open (`open`, or `open_link`)."""
+        self.report.stream_id = str(info.get("stream_id", "main"))
+        self.report.link_kind = "tcp" if isinstance(self.sender, TcpSender) else "udp"
+        # A bandwidth sample before the first key frame, so the policy sizes that one too.
+        self._probe = self.sender.probe()
+
+    def _reference(self) -> Reference | None:
+        """The newest key frame the cloud acknowledged among the last it holds."""
+        for seq, reference in reversed(self._sent_refs):
+            if self.sender.acked(seq):
+                return reference
+        return None
 
     async def video(self, frame: VideoFrame) -> None:
         decision = self.tracker.update(frame)
@@ -111,12 +155,16 @@ class Edge:
     async def key_frame(self, key: KeyFrame) -> None:
         with _tracer.start_as_current_span("edge.key_frame", attributes={"t_media": key.t_media}):
             boxes = await asyncio.to_thread(self.detector, key.image)
-            full = await asyncio.to_thread(encode_patches, key, boxes, 1.0, self.config)
-            full_keep = full.keep_ratio
-            keep = self.policy.keep(self.sender.estimate(), len(full.payload), full_keep)
-            message = full
-            if keep < full_keep:
-                message = await asyncio.to_thread(encode_patches, key, boxes, keep, self.config)
+            if self._probe is not None:  # size the first key frame from a measured link
+                await self.sender.wait_acked(self._probe, 1.0)
+                self._probe = None
+            reference = self._reference()
+
+            def encode(keep: float, factor: float) -> PatchMessage:
+                return encode_patches(key, boxes, keep, self.config, reference, factor)
+
+            link = self.sender.estimate()
+            message = await asyncio.to_thread(self.policy.fit, link, encode)
             rows, cols, _ = message.shape
             seq = self.sender.send(
                 Packet(
@@ -129,15 +177,77 @@ class Edge:
                 ),
                 message.payload,
             )
+        # What the cloud will rebuild, for later key frames to copy unchanged patches from.
+        held = None if reference is None else {reference.index: reference.grey}
+        rebuilt = await asyncio.to_thread(
+            decode_patches,
+            message.payload,
+            message.shape,
+            stream_id=key.stream_id,
+            arrival_wall=0.0,
+            references=held,
+        )
+        self._sent_refs.append((seq, Reference(key.index, rebuilt.image[..., 0])))
         self.report.key_frames += 1
+        self.report.reused_patches += message.reused
         self.report.video_bytes += len(message.payload)
         self.report.keep_ratios.append(round(message.keep_ratio, 4))
+        self.report.scales.append(round(message.scale, 4))
+        self._last_keep, self._last_scale = min(1.0, message.keep_ratio), message.scale
+        self._tick(key.t_media)
         self.report.sent.append((seq, "video", self.sender.send_wall[seq]))
 
     def audio(self, window: AudioFrame) -> None:
         self.audio_end_s = max(self.audio_end_s, window.t_end)
         for chunk in self.speech.push(window):
             self._send_speech(chunk)
+        self._tick(window.t_end)
+
+    def link_payload(self, *, final: bool = False) -> LinkPayload:
+        """The edge's view of the link now."""
+        e, s = self.sender.estimate(), self.sender.stats
+        return LinkPayload(
+            role="edge",
+            final=final,
+            transport="tcp" if isinstance(self.sender, TcpSender) else "udp",
+            deadline_s=self.config.deadline_s,
+            rtt_ms=None if e.srtt_s is None else round(1000 * e.srtt_s, 2),
+            rto_ms=round(1000 * e.rto_s, 2),
+            loss=round(e.loss, 4),
+            bandwidth_bps=None if e.bandwidth_bps is None else round(e.bandwidth_bps),
+            queued_bytes=e.queued_bytes,
+            keep_ratio=self._last_keep,
+            scale=self._last_scale,
+            messages=s.messages,
+            retransmits=s.retransmits,
+            expired=s.expired,
+            datagrams=s.datagrams,
+            bytes=s.bytes,
+            malformed=s.malformed,
+        )
+
+    def report_link(self, *, final: bool = False) -> None:
+        """Record the edge's `link` event and relay it to the cloud (in-band, best effort)."""
+        payload = self.link_payload(final=final)
+        t = round(self._media_t, 3)
+        self.report.link_events.append(
+            EventRecord(
+                type=payload.type,
+                stream_id=self.report.stream_id,
+                t_start=t,
+                t_end=t,
+                latency_ms=0.0,
+                payload=payload,
+            ).to_json_dict()
+        )
+        body = json.dumps({"op": "link", **payload.fields()}).encode()
+        self.sender.send(Packet(kind=Kind.CONTROL, modality=Modality.JSON), body)
+
+    def _tick(self, t_media: float) -> None:
+        self._media_t = max(self._media_t, t_media)
+        if self._media_t >= self._next_report_t:
+            self._next_report_t = self._media_t + self.config.link_report_s
+            self.report_link()
 
     def _send_speech(self, chunk: SpeechChunk) -> None:
         payload = chunk.payload()
@@ -159,6 +269,9 @@ class Edge:
             await self.key_frame(make_key_frame(frame, decision))
         for chunk in self.speech.flush():
             self._send_speech(chunk)
+        self.report_link(final=True)
+        # Everything, the last report too, delivered (or past its deadline) before the end:
+        # the sender's socket closes after it and could not repair a loss any more.
         await self.sender.drain(self.config.deadline_s + 1.0)
         body = json.dumps({"op": "end", "audio_end_s": self.audio_end_s}).encode()
         await self.sender.send_reliable(
@@ -202,20 +315,29 @@ async def run_edge(
     if faults is not None:
         proxy = FaultProxy((host, port), faults)
         host, port = await proxy.start()
-    sender = await UdpSender.connect(host, port, config)
-    edge = Edge(sender, config)
+    info = {
+        "stream_id": source.stream_id,
+        "video": source.has_video,
+        "audio": source.has_audio,
+        "duration_s": source.duration_s,
+        "fps": source.fps,
+        "size": source.video_size,
+    }
+    detector = TextBoxes(config.det_max_side_px)
     try:
-        await asyncio.to_thread(edge.detector.load)
-        await edge.open(
-            {
-                "stream_id": source.stream_id,
-                "video": source.has_video,
-                "audio": source.has_audio,
-                "duration_s": source.duration_s,
-                "fps": source.fps,
-                "size": source.video_size,
-            }
+        await asyncio.to_thread(detector.load)
+        # UDP, or TCP to the same port when UDP goes unanswered (`TransportConfig.link`).
+        sender, _ = await open_link(
+            host, port, config, Packet(kind=Kind.CONTROL, modality=Modality.JSON), open_body(info)
         )
+    except BaseException:
+        await source.close()
+        if proxy is not None:
+            await proxy.close()
+        raise
+    edge = Edge(sender, config, detector=detector)
+    try:
+        edge.opened(info)
         async for frame in source.frames():
             if isinstance(frame, VideoFrame):
                 await edge.video(frame)

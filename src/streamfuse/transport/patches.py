@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import io
 import json
+import lzma
 import math
 import struct
-import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,10 @@ class PatchMessage:
     keep_ratio: float
     kept: int
     candidates: int
+    #: The scale the frame was sent at (`text_scale`); the cloud enlarges it back.
+    scale: float = 1.0
+    #: Patches not sent: the cloud copies them from the reference key frame.
+    reused: int = 0
 
 
 def importance(
@@ -131,56 +136,193 @@ def rle_decode(data: bytes, n_bits: int) -> np.ndarray:
     return bits
 
 
+def text_scale(text_boxes: list[BBox], config: TransportConfig, *, noisy: bool = False) -> float:
+    """The scale the frame is sent at: its smallest text line (detected box height, boxes under
+    8 px ignored as noise) comes out `text_px` tall, never enlarged, never under `min_scale`.
+    The cloud's recognizer resizes every line to 48 px anyway: pixels beyond what the glyphs
+    need are bytes spent on nothing."""
+    heights = [y1 - y0 for _x0, y0, _x1, y1 in text_boxes if y1 - y0 >= 8]
+    target = config.noisy_text_px if noisy else config.text_px
+    if target <= 0 or not heights:
+        return 1.0
+    return max(config.min_scale, min(1.0, target / min(heights)))
+
+
+def _pack(indices: np.ndarray, bits: int) -> bytes:
+    """Values < 2**bits, `8 // bits` per byte, first in the high bits."""
+    per = 8 // bits
+    flat = indices.ravel().astype(np.uint8)
+    if flat.size % per:
+        flat = np.concatenate([flat, np.zeros(per - flat.size % per, dtype=np.uint8)])
+    groups = flat.reshape(-1, per)
+    out = np.zeros(groups.shape[0], dtype=np.uint8)
+    for i in range(per):
+        out |= groups[:, i] << (bits * (per - 1 - i))
+    return out.tobytes()
+
+
+def _unpack(data: bytes, bits: int, n: int) -> np.ndarray:
+    per = 8 // bits
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if raw.size * per < n:
+        raise WireError(f"patch atlas: {raw.size} bytes hold fewer than {n} pixels")
+    shifts = np.array([bits * (per - 1 - i) for i in range(per)], dtype=np.uint8)
+    values = (raw[:, None] >> shifts) & ((1 << bits) - 1)
+    return values.ravel()[:n]
+
+
+def _bits(levels: int) -> int:
+    return 1 if levels <= 2 else 2 if levels <= 4 else 4
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """A key frame the cloud holds: its index and its rebuilt grey image (full size)."""
+
+    index: int
+    grey: np.ndarray
+
+
+#: The cloud keeps this many rebuilt key frames for later ones to copy patches from; the edge
+#: refers only to one of its last this many key frames (older ones may be gone there).
+REFERENCES_HELD = 4
+#: Largest camera shift (pixels) between key frames that patches are still copied across.
+MAX_SHIFT_PX = 24.0
+
+
+def global_shift(grey: np.ndarray, reference: np.ndarray) -> tuple[float, float] | None:
+    """(dx, dy) that moves `reference` onto `grey` (phase correlation on a half-size copy,
+    sub-pixel), or None when no clear single shift explains the difference (a new picture)."""
+    a = cv2.resize(grey, None, fx=0.5, fy=0.5, interpolation=cv2.INTER_AREA).astype(np.float32)
+    b = cv2.resize(reference, None, fx=0.5, fy=0.5, interpolation=cv2.INTER_AREA)
+    window = cv2.createHanningWindow((a.shape[1], a.shape[0]), cv2.CV_32F)
+    (dx, dy), response = cv2.phaseCorrelate(b.astype(np.float32), a, window)
+    if response < 0.05 or abs(dx) * 2 > MAX_SHIFT_PX or abs(dy) * 2 > MAX_SHIFT_PX:
+        return None
+    return 2.0 * dx, 2.0 * dy
+
+
+def _shifted(grey: np.ndarray, shift: tuple[float, float], size: tuple[int, int]) -> np.ndarray:
+    """`grey` moved by `shift` (bilinear, edges repeated), then resized to `size` (w, h)."""
+    h, w = grey.shape
+    m = np.array([[1, 0, shift[0]], [0, 1, shift[1]]], dtype=np.float32)
+    moved = cv2.warpAffine(grey, m, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    if size != (w, h):
+        moved = cv2.resize(moved, size, interpolation=cv2.INTER_AREA)
+    return moved
+
+
+def _matches(new: np.ndarray, old: np.ndarray, max_diff: float) -> np.ndarray:
+    """Per patch pair: would the cloud's copy read as the new patch? Both cut at the new
+    patch's mid-grey; at most `max_diff` of the pixels may fall on the other side, and the
+    copy must have (at least half) the new patch's contrast (ink where there is ink)."""
+    lo = new.min(axis=(1, 2)).astype(np.int16)
+    hi = new.max(axis=(1, 2)).astype(np.int16)
+    mid = ((lo + hi) // 2)[:, None, None]
+    differ = ((new > mid) != (old > mid)).mean(axis=(1, 2))
+    span_old = old.max(axis=(1, 2)).astype(np.int16) - old.min(axis=(1, 2))
+    flat = (hi - lo) < 24  # paper only: the copy must be paper of about the same grey too
+    same_paper = np.abs(old.mean(axis=(1, 2)) - new.mean(axis=(1, 2))) < 12
+    ink = (differ <= max_diff) & (span_old * 2 >= hi - lo)
+    return np.where(flat, same_paper & (span_old < 24), ink)
+
+
+#: LZMA2 over the whole message body: the per-patch pixels of text repeat (the same glyph
+#: strokes, the same paper), which a long-window coder finds and deflate's 32 KB window less so.
+#: Preset 6: on 1080p text, as small as 9 or 9-extreme (within 1%) at 60% of their time.
+_LZMA_FILTERS = [{"id": lzma.FILTER_LZMA2, "preset": 6}]
+#: Largest decoded body accepted (a 4K frame of 8-bit patches plus metadata): a corrupt or
+#: hostile message must not make the cloud inflate gigabytes.
+_MAX_BODY = 4096 * 2304 + 65_536
+
+
 def encode_patches(
-    frame: KeyFrame, text_boxes: list[BBox], keep_ratio: float, config: TransportConfig
+    frame: KeyFrame,
+    text_boxes: list[BBox],
+    keep_ratio: float,
+    config: TransportConfig,
+    reference: Reference | None = None,
+    scale_factor: float = 1.0,
 ) -> PatchMessage:
+    """`reference`: a key frame the cloud holds; patches that match it (after the camera's
+    global shift) are not sent but copied from it there. `scale_factor`: the frame goes this
+    much smaller than `text_scale` says (the keep policy's coarser steps)."""
     p = config.patch_px
     w, h = frame.size
-    rows, cols = math.ceil(h / p), math.ceil(w / p)
-    score = importance((w, h), text_boxes, frame.changed_bbox, p, config.text_pad_px)
+    grey = cv2.cvtColor(frame.image, cv2.COLOR_RGB2GRAY)
+    noisy = noise_sigma(grey) >= config.denoise_min_sigma
+    scale = max(config.min_scale, text_scale(text_boxes, config, noisy=noisy) * scale_factor)
+    sw, sh = max(1, round(w * scale)), max(1, round(h * scale))
+    if config.denoise_px > 1 and config.grey_levels < 256 and noisy:
+        k_px = config.denoise_px | 1
+        grey = cv2.GaussianBlur(grey, (k_px, k_px), 0)
+    shifted: np.ndarray | None = None
+    shift = (0.0, 0.0)
+    if reference is not None and config.reuse_max_diff > 0 and reference.grey.shape == (h, w):
+        found = global_shift(grey, reference.grey)
+        if found is not None:
+            shift = found
+            shifted = _shifted(reference.grey, shift, (sw, sh))
+    if (sw, sh) != (w, h):
+        grey = cv2.resize(grey, (sw, sh), interpolation=cv2.INTER_AREA)
+        sx, sy = sw / w, sh / h
+        text_boxes = [
+            (int(x0 * sx), int(y0 * sy), math.ceil(x1 * sx), math.ceil(y1 * sy))
+            for x0, y0, x1, y1 in text_boxes
+        ]
+        cx0, cy0, cx1, cy1 = frame.changed_bbox
+        changed: BBox = (int(cx0 * sx), int(cy0 * sy), math.ceil(cx1 * sx), math.ceil(cy1 * sy))
+    else:
+        changed = frame.changed_bbox
+    rows, cols = math.ceil(sh / p), math.ceil(sw / p)
+    pad = round(config.text_pad_px * scale)
+    score = importance((sw, sh), text_boxes, changed, p, pad)
     flat = score.ravel()
     candidates = int(np.count_nonzero(flat))
     k = min(candidates, math.ceil(keep_ratio * flat.size))
     keep = np.zeros(flat.size, dtype=bool)
     if k:
         keep[np.argsort(-flat, kind="stable")[:k]] = True
-    grey = cv2.cvtColor(frame.image, cv2.COLOR_RGB2GRAY)
-    if (
-        config.denoise_px > 1
-        and config.grey_levels < 256
-        and noise_sigma(grey) >= config.denoise_min_sigma
-    ):
-        k_px = config.denoise_px | 1
-        grey = cv2.GaussianBlur(grey, (k_px, k_px), 0)
-    background = int(np.median(grey[:: max(1, h // 64), :: max(1, w // 64)]))
+    background = int(np.median(grey[:: max(1, sh // 64), :: max(1, sw // 64)]))
     padded = np.full((rows * p, cols * p), background, dtype=np.uint8)
-    padded[:h, :w] = grey
+    padded[:sh, :sw] = grey
     tiles = padded.reshape(rows, p, cols, p).transpose(0, 2, 1, 3).reshape(rows * cols, p, p)
+    reuse = np.zeros(flat.size, dtype=bool)
+    if shifted is not None and k:
+        ref_pad = np.full((rows * p, cols * p), background, dtype=np.uint8)
+        ref_pad[:sh, :sw] = shifted
+        ref_tiles = ref_pad.reshape(rows, p, cols, p).transpose(0, 2, 1, 3).reshape(-1, p, p)
+        cells = np.flatnonzero(keep)
+        same = _matches(tiles[cells], ref_tiles[cells], config.reuse_max_diff)
+        reuse[cells[same]] = True
+        keep &= ~reuse
+        k = int(keep.sum())
     kept = tiles[keep]
     lo = kept.min(axis=(1, 2)) if k else np.zeros(0, dtype=np.uint8)
     hi = kept.max(axis=(1, 2)) if k else np.zeros(0, dtype=np.uint8)
-    if config.grey_levels < 256 and k:
-        # Per patch: `grey_levels` steps from its darkest to its brightest pixel, spread over
-        # 0..255 so the atlas holds only that many distinct values (PNG's deflate likes it).
+    levels = config.grey_levels
+    codec = config.patch_codec
+    if codec == "packed" and levels > 16:
+        codec = "png"  # nothing to pack: 8-bit pixels
+    index = np.zeros((0, p, p), dtype=np.uint8)
+    if levels < 256 and k:
+        # Per patch: `levels` steps from its darkest to its brightest pixel.
         span = np.maximum(hi - lo, 1).astype(np.float32)[:, None, None]
-        steps = config.grey_levels - 1
-        q = np.rint((kept.astype(np.float32) - lo[:, None, None]) / span * steps)
-        kept = (q * (255 / steps)).round().astype(np.uint8)
-    atlas = b""
-    if k:
-        a_rows = math.ceil(k / ATLAS_COLS)
-        a_cols = min(k, ATLAS_COLS)
-        sheet = np.full((a_rows * a_cols, p, p), background, dtype=np.uint8)
-        sheet[:k] = kept
-        image = (
-            sheet.reshape(a_rows, a_cols, p, p)
-            .transpose(0, 2, 1, 3)
-            .reshape(a_rows * p, a_cols * p)
+        steps = levels - 1
+        index = np.rint((kept.astype(np.float32) - lo[:, None, None]) / span * steps).astype(
+            np.uint8
         )
-        if config.patch_codec == "png" and config.grey_levels <= 16:
-            atlas = _palette_png(image, config.grey_levels)
+        # Spread over 0..255 for an image codec (it sees only `levels` distinct values).
+        kept = (index.astype(np.float32) * (255 / steps)).round().astype(np.uint8)
+    atlas = b""
+    if k and codec == "packed":
+        atlas = _pack(_atlas(index, p, 0), _bits(levels))
+    elif k:
+        image = _atlas(kept, p, background)
+        if codec == "png" and levels <= 16:
+            atlas = _palette_png(image, levels)
         else:
-            if config.patch_codec == "jpeg":
+            if codec == "jpeg":
                 params = [cv2.IMWRITE_JPEG_QUALITY, config.jpeg_quality]
                 ok, buf = cv2.imencode(".jpg", image, params)
             else:
@@ -193,90 +335,170 @@ def encode_patches(
         "index": frame.index,
         "w": w,
         "h": h,
+        "sw": sw,
+        "sh": sh,
         "bg": background,
         "changed_bbox": list(frame.changed_bbox),
         "changed_frac": frame.changed_frac,
         "content_bbox": None if frame.content_bbox is None else list(frame.content_bbox),
         "t_changed": frame.t_changed,
         "reason": frame.reason,
-        "levels": config.grey_levels,
+        "levels": levels,
+        "codec": codec,
     }
+    if reuse.any():
+        assert reference is not None
+        meta["ref"] = reference.index
+        meta["shift"] = [round(shift[0], 2), round(shift[1], 2)]
     meta_b = json.dumps(meta, separators=(",", ":")).encode()
     mask = rle_encode(keep)
-    # Many patches share a range (ink on paper): deflate takes the per-patch ranges to ~1/3.
-    ranges = zlib.compress(lo.astype(np.uint8).tobytes() + hi.astype(np.uint8).tobytes(), 9)
-    payload = b"".join(
+    reused = rle_encode(reuse) if reuse.any() else b""
+    body = b"".join(
         [
             struct.pack("!I", len(meta_b)),
             meta_b,
             struct.pack("!I", len(mask)),
             mask,
-            struct.pack("!I", len(ranges)),
-            ranges,
+            struct.pack("!I", len(reused)),
+            reused,
+            lo.astype(np.uint8).tobytes(),
+            hi.astype(np.uint8).tobytes(),
             atlas,
         ]
     )
-    return PatchMessage(payload, (rows, cols, p), k / flat.size, k, candidates)
+    payload = lzma.compress(body, format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS)
+    return PatchMessage(
+        payload, (rows, cols, p), k / flat.size, k, candidates, scale, int(reuse.sum())
+    )
+
+
+def _atlas(tiles: np.ndarray, p: int, fill: int) -> np.ndarray:
+    """`tiles` (k, p, p) laid out `ATLAS_COLS` per row in order: a text line's patches side by
+    side, so its rows of pixels continue from patch to patch."""
+    k = len(tiles)
+    a_rows, a_cols = math.ceil(k / ATLAS_COLS), min(k, ATLAS_COLS)
+    sheet = np.full((a_rows * a_cols, p, p), fill, dtype=np.uint8)
+    sheet[:k] = tiles
+    return sheet.reshape(a_rows, a_cols, p, p).transpose(0, 2, 1, 3).reshape(a_rows * p, -1)
+
+
+def _tiles(atlas: np.ndarray, k: int, p: int) -> np.ndarray:
+    a_rows, a_cols = math.ceil(k / ATLAS_COLS), min(k, ATLAS_COLS)
+    if atlas.shape != (a_rows * p, a_cols * p):
+        raise WireError("patch atlas does not decode to the announced patches")
+    return atlas.reshape(a_rows, p, a_cols, p).transpose(0, 2, 1, 3).reshape(-1, p, p)[:k]
 
 
 def decode_patches(
-    payload: bytes, shape: tuple[int, ...], *, stream_id: str, arrival_wall: float
+    payload: bytes,
+    shape: tuple[int, ...],
+    *,
+    stream_id: str,
+    arrival_wall: float,
+    references: Mapping[int, np.ndarray] | None = None,
 ) -> KeyFrame:
-    """The key frame rebuilt from a VIDEO_PATCHES message (raises `WireError` if malformed)."""
+    """The key frame rebuilt from a VIDEO_PATCHES message (raises `WireError` if malformed,
+    or if it copies patches from a key frame not in `references`: index -> rebuilt grey)."""
     if len(shape) != 3:
         raise WireError(f"patch message shape {shape} (expected rows, cols, patch px)")
     rows, cols, p = shape
+    if not (0 < p <= 64 and 0 < rows * p <= 8192 and 0 < cols * p <= 8192):
+        raise WireError(f"patch grid {rows}x{cols} of {p} px is out of range")
     try:
-        (n_meta,) = struct.unpack_from("!I", payload)
-        meta: dict[str, Any] = json.loads(payload[4 : 4 + n_meta])
-        (n_mask,) = struct.unpack_from("!I", payload, 4 + n_meta)
+        inflater = lzma.LZMADecompressor(format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS)
+        body = inflater.decompress(payload, _MAX_BODY)
+        if not inflater.eof and not inflater.needs_input:
+            raise WireError(f"patch message inflates past {_MAX_BODY} bytes")
+        (n_meta,) = struct.unpack_from("!I", body)
+        meta: dict[str, Any] = json.loads(body[4 : 4 + n_meta])
+        (n_mask,) = struct.unpack_from("!I", body, 4 + n_meta)
         start = 8 + n_meta
-        keep = rle_decode(payload[start : start + n_mask], rows * cols)
+        keep = rle_decode(body[start : start + n_mask], rows * cols)
         k = int(keep.sum())
         start += n_mask
-        (n_ranges,) = struct.unpack_from("!I", payload, start)
+        (n_reuse,) = struct.unpack_from("!I", body, start)
         start += 4
-        ranges = np.frombuffer(
-            zlib.decompressobj().decompress(payload[start : start + n_ranges], 2 * k + 1),
-            dtype=np.uint8,
+        reuse = (
+            rle_decode(body[start : start + n_reuse], rows * cols)
+            if n_reuse
+            else np.zeros(rows * cols, dtype=bool)
         )
-        if len(ranges) != 2 * k:
+        start += n_reuse
+        ref_index = None if meta.get("ref") is None else int(meta["ref"])
+        shift = None
+        if ref_index is not None:
+            shift = (float(meta["shift"][0]), float(meta["shift"][1]))
+        lo = np.frombuffer(body[start : start + k], dtype=np.uint8)
+        hi = np.frombuffer(body[start + k : start + 2 * k], dtype=np.uint8)
+        if len(hi) != k:
             raise WireError("patch message: grey ranges do not match the mask")
-        atlas_b = payload[start + n_ranges :]
+        atlas_b = body[start + 2 * k :]
         w, h, bg = int(meta["w"]), int(meta["h"]), int(meta["bg"])
+        sw, sh = int(meta.get("sw", w)), int(meta.get("sh", h))
         levels = int(meta.get("levels", 256))
-    except (struct.error, ValueError, KeyError, TypeError, zlib.error) as e:
+        codec = str(meta.get("codec", "png"))
+    except (struct.error, ValueError, KeyError, TypeError, lzma.LZMAError, EOFError) as e:
         raise WireError(f"malformed patch message: {e}") from e
-    if not (0 < w <= cols * p and 0 < h <= rows * p and 0 <= bg <= 255):
-        raise WireError(f"patch message of {w}x{h} does not fit its {rows}x{cols} grid")
+    if not (0 < sw <= cols * p and 0 < sh <= rows * p and 0 <= bg <= 255):
+        raise WireError(f"patch message of {sw}x{sh} does not fit its {rows}x{cols} grid")
+    if not (sw <= w <= 8 * sw and sh <= h <= 8 * sh and w * h <= 4096 * 4096):
+        raise WireError(f"patch message scales {sw}x{sh} to {w}x{h}: out of range")
+    if not 2 <= levels <= 256:
+        raise WireError(f"patch message with {levels} grey levels")
+    if (keep & reuse).any() or (reuse.any() and ref_index is None):
+        raise WireError("patch message: sent and reused patches overlap, or no reference")
     canvas = np.full((rows * cols, p, p), bg, dtype=np.uint8)
+    if reuse.any():
+        held = None if references is None or ref_index is None else references.get(ref_index)
+        if held is None or held.shape != (h, w):
+            raise WireError(f"patch message copies from key frame {ref_index}, not held here")
+        assert shift is not None
+        ref_pad = np.full((rows * p, cols * p), bg, dtype=np.uint8)
+        ref_pad[:sh, :sw] = _shifted(held, shift, (sw, sh))
+        ref_tiles = ref_pad.reshape(rows, p, cols, p).transpose(0, 2, 1, 3).reshape(-1, p, p)
+        canvas[reuse] = ref_tiles[reuse]
     if k:
-        atlas = cv2.imdecode(np.frombuffer(atlas_b, dtype=np.uint8), cv2.IMREAD_GRAYSCALE)
-        a_cols = min(k, ATLAS_COLS)
-        a_rows = math.ceil(k / ATLAS_COLS)
-        if atlas is None or atlas.shape != (a_rows * p, a_cols * p):
-            raise WireError("patch atlas does not decode to the announced patches")
-        tiles = atlas.reshape(a_rows, p, a_cols, p).transpose(0, 2, 1, 3).reshape(-1, p, p)[:k]
-        if 2 <= levels < 256:
-            lo = ranges[:k].astype(np.float32)[:, None, None]
-            span = np.maximum(ranges[k:].astype(np.float32) - ranges[:k], 1)[:, None, None]
-            tiles = np.clip(np.rint(lo + tiles.astype(np.float32) / 255 * span), 0, 255)
+        if codec == "packed":
+            if levels > 16:
+                raise WireError("packed patches need <= 16 grey levels")
+            a_rows, a_cols = math.ceil(k / ATLAS_COLS), min(k, ATLAS_COLS)
+            n = a_rows * p * a_cols * p
+            index = _unpack(atlas_b, _bits(levels), n).reshape(a_rows * p, a_cols * p)
+            if int(index.max()) >= levels:
+                raise WireError("patch atlas holds values beyond its grey levels")
+            tiles = _tiles(index, k, p).astype(np.float32) * (255 / (levels - 1))
+        else:
+            atlas = cv2.imdecode(np.frombuffer(atlas_b, dtype=np.uint8), cv2.IMREAD_GRAYSCALE)
+            if atlas is None:
+                raise WireError("patch atlas does not decode")
+            tiles = _tiles(atlas, k, p).astype(np.float32)
+        if levels < 256:
+            lo_f = lo.astype(np.float32)[:, None, None]
+            span = np.maximum(hi.astype(np.float32) - lo, 1)[:, None, None]
+            tiles = np.clip(np.rint(lo_f + tiles / 255 * span), 0, 255)
         canvas[keep] = tiles.astype(np.uint8)
-    grey = canvas.reshape(rows, cols, p, p).transpose(0, 2, 1, 3).reshape(rows * p, cols * p)
-    rgb = np.ascontiguousarray(np.repeat(grey[:h, :w, None], 3, axis=2))
+    sheet = canvas.reshape(rows, cols, p, p).transpose(0, 2, 1, 3).reshape(rows * p, cols * p)
+    grey: np.ndarray = sheet[:sh, :sw]
+    if (sw, sh) != (w, h):
+        # Cubic: smooth strokes for the recognizer, not the blocks of a nearest-neighbour zoom.
+        grey = cv2.resize(grey, (w, h), interpolation=cv2.INTER_CUBIC)
+    rgb = np.ascontiguousarray(np.repeat(grey[:, :, None], 3, axis=2))
     content = meta.get("content_bbox")
-    return KeyFrame(
-        stream_id=stream_id,
-        t_media=float(meta["t"]),
-        arrival_wall=arrival_wall,
-        image=rgb,
-        index=int(meta["index"]),
-        changed_bbox=tuple(int(v) for v in meta["changed_bbox"]),  # type: ignore[arg-type]
-        changed_frac=float(meta["changed_frac"]),
-        content_bbox=None if content is None else tuple(int(v) for v in content),  # type: ignore[arg-type]
-        t_changed=float(meta["t_changed"]),
-        reason=meta["reason"],
-    )
+    try:
+        return KeyFrame(
+            stream_id=stream_id,
+            t_media=float(meta["t"]),
+            arrival_wall=arrival_wall,
+            image=rgb,
+            index=int(meta["index"]),
+            changed_bbox=tuple(int(v) for v in meta["changed_bbox"]),  # type: ignore[arg-type]
+            changed_frac=float(meta["changed_frac"]),
+            content_bbox=None if content is None else tuple(int(v) for v in content),  # type: ignore[arg-type]
+            t_changed=float(meta["t_changed"]),
+            reason=meta["reason"],
+        )
+    except (ValueError, KeyError, TypeError) as e:
+        raise WireError(f"malformed patch message: {e}") from e
 
 
 class TextBoxes:
@@ -320,4 +542,14 @@ class TextBoxes:
         return boxes
 
 
-__all__ = ["PatchMessage", "TextBoxes", "decode_patches", "encode_patches", "importance"]
+__all__ = [
+    "REFERENCES_HELD",
+    "PatchMessage",
+    "Reference",
+    "TextBoxes",
+    "global_shift",
+    "decode_patches",
+    "encode_patches",
+    "importance",
+    "text_scale",
+]

@@ -1,18 +1,25 @@
-"""How much of a key frame the edge sends, from what it measured of the link.
+"""How much of a key frame the edge sends, and how finely, from what it measured of the link.
 
 `ArticleKeepPolicy`: the article's rule, RTT > 200 ms or loss > 5% -> keep 30% of the patch grid,
-else 70%. `DeadlineKeepPolicy` (the default): keep the most-important patches that the measured
-bottleneck bandwidth delivers within the deadline, after the round trips that loss repair costs.
-`FixedKeepPolicy`: a constant ratio. Every policy answers `keep(estimate, full_bytes, full_keep)`:
-the grid share to keep, given the message size and grid share when every text patch is kept.
+else 70%. `DeadlineKeepPolicy` (the default): the bytes the measured bottleneck bandwidth
+delivers within the deadline, after the bytes already queued ahead and the round trips loss
+repair costs; a frame over that budget is first sent coarser (smaller), then cut to its most
+important patches. `FixedKeepPolicy`: a constant ratio. Every policy answers `fit(link, encode)`
+with the message to send; `encode(keep_ratio, scale_factor)` codes the key frame.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 
 from streamfuse.transport.config import TransportConfig
+from streamfuse.transport.patches import PatchMessage
 from streamfuse.transport.udp import LinkEstimate
+
+#: `encode(keep_ratio, scale_factor)`: the key frame's patch message, `scale_factor` times
+#: smaller than the config's `text_px` makes it.
+Encoder = Callable[[float, float], PatchMessage]
 
 
 class KeepPolicy(ABC):
@@ -21,6 +28,12 @@ class KeepPolicy(ABC):
     @abstractmethod
     def keep(self, link: LinkEstimate, full_bytes: int, full_keep: float) -> float:
         """The share of the patch grid to keep, in (0, 1]."""
+
+    def fit(self, link: LinkEstimate, encode: Encoder) -> PatchMessage:
+        """The message to send: every text patch, cut to `keep` of the grid."""
+        full = encode(1.0, 1.0)
+        keep = self.keep(link, len(full.payload), full.keep_ratio)
+        return full if keep >= full.keep_ratio else encode(keep, 1.0)
 
 
 class FixedKeepPolicy(KeepPolicy):
@@ -44,27 +57,59 @@ class ArticleKeepPolicy(KeepPolicy):
 
 
 class DeadlineKeepPolicy(KeepPolicy):
-    """Keep what fits the deadline: budget = bandwidth x (deadline - repair round trips),
-    with the expected loss's retransmissions paid from it, and half of it held back for
-    speech and estimation error."""
+    """Send what arrives by the deadline: budget = bandwidth x (deadline - repair round trips
+    - the time the bytes already queued ahead take), the expected loss's retransmissions paid
+    from it, and `1 - headroom` of it held back for speech and estimation error.
+
+    Over budget, the frame is first sent smaller (each of `coarser` times the size
+    `TransportConfig.text_px` gives; the recognizer loses little on the first step), and only
+    then cut to its most important patches (lost text is lost for good)."""
 
     name = "deadline"
 
-    def __init__(self, deadline_s: float, min_keep: float, headroom: float = 0.5) -> None:
+    def __init__(
+        self,
+        deadline_s: float,
+        min_keep: float,
+        headroom: float = 0.7,
+        *,
+        coarser: tuple[float, ...] = (0.8, 0.65),
+    ) -> None:
         self.deadline_s = deadline_s
         self.min_keep = min_keep
         self.headroom = headroom
+        self.coarser = coarser
 
-    def keep(self, link: LinkEstimate, full_bytes: int, full_keep: float) -> float:
-        if link.bandwidth_bps is None or full_bytes <= 0:
-            return full_keep  # nothing measured yet: send everything that matters
+    def budget_bytes(self, link: LinkEstimate) -> float | None:
+        """Bytes this message may take (None: nothing measured yet, no limit)."""
+        if link.bandwidth_bps is None:
+            return None
         rtt = link.srtt_s or 0.0
         # One round trip to deliver, two more to repair what the loss takes (NACK + resend).
         rounds = 1.0 + (2.0 if link.loss > 0 else 0.0)
-        time_s = max(0.0, self.deadline_s - rounds * rtt)
-        budget = self.headroom * link.bandwidth_bps / 8.0 * time_s * (1.0 - min(0.9, link.loss))
+        queued_s = 8.0 * link.queued_bytes / link.bandwidth_bps
+        time_s = max(0.0, self.deadline_s - rounds * rtt - queued_s)
+        return self.headroom * link.bandwidth_bps / 8.0 * time_s * (1.0 - min(0.9, link.loss))
+
+    def keep(self, link: LinkEstimate, full_bytes: int, full_keep: float) -> float:
+        budget = self.budget_bytes(link)
+        if budget is None or full_bytes <= 0:
+            return full_keep  # nothing measured yet: send everything that matters
         share = min(1.0, budget / full_bytes)
         return max(self.min_keep, min(full_keep, full_keep * share))
+
+    def fit(self, link: LinkEstimate, encode: Encoder) -> PatchMessage:
+        full = encode(1.0, 1.0)
+        budget = self.budget_bytes(link)
+        if budget is None or len(full.payload) <= budget:
+            return full
+        smallest, factor = full, 1.0
+        for factor in self.coarser:
+            smallest = encode(1.0, factor)
+            if len(smallest.payload) <= budget:
+                return smallest
+        keep = self.keep(link, len(smallest.payload), smallest.keep_ratio)
+        return smallest if keep >= smallest.keep_ratio else encode(keep, factor)
 
 
 def make_keep_policy(config: TransportConfig) -> KeepPolicy:
@@ -78,6 +123,7 @@ def make_keep_policy(config: TransportConfig) -> KeepPolicy:
 __all__ = [
     "ArticleKeepPolicy",
     "DeadlineKeepPolicy",
+    "Encoder",
     "FixedKeepPolicy",
     "KeepPolicy",
     "make_keep_policy",

@@ -22,7 +22,15 @@ from typing import Any
 from streamfuse.clock import now_wall
 from streamfuse.errors import StreamfuseError
 from streamfuse.transport.config import TransportConfig
-from streamfuse.transport.wire import Kind, Packet, WireError, decode, encode, fragment
+from streamfuse.transport.wire import (
+    OVERHEAD,
+    Kind,
+    Packet,
+    WireError,
+    decode,
+    encode,
+    fragment,
+)
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +47,8 @@ _SEND_LOG = 10_000  # messages whose send time the sender remembers
 #: Sequences ahead of the next one due that the receiver accepts: a (buggy or hostile) packet
 #: far ahead must not make it track billions of "missing" messages.
 SEQUENCE_WINDOW = 4096
+#: Full datagrams in the bandwidth probe an edge sends after opening its stream.
+PROBE_DATAGRAMS = 4
 
 
 class TransportError(StreamfuseError):
@@ -74,6 +84,9 @@ class LinkEstimate:
     rto_s: float
     loss: float
     bandwidth_bps: float | None
+    #: Payload bytes sent and not yet acknowledged (in flight or queued at the bottleneck):
+    #: what a new message waits behind.
+    queued_bytes: int = 0
 
 
 @dataclass
@@ -191,6 +204,8 @@ class UdpSender(_UdpEnd):
         #: Sequence -> wall time it was first sent (the newest `_SEND_LOG` messages).
         self.send_wall: dict[int, float] = {}
         self._seq = 0
+        self._acked: set[int] = set()
+        self._waiters: dict[int, asyncio.Future[None]] = {}
         self._out: dict[int, _Out] = {}
         self._idle = asyncio.Event()  # set while nothing is outstanding
         self._idle.set()
@@ -207,8 +222,38 @@ class UdpSender(_UdpEnd):
         await sender._open(f"cannot open a UDP socket to {host}:{port}", remote_addr=(host, port))
         return sender
 
+    def acked(self, seq: int) -> bool:
+        """Whether the cloud acknowledged message `seq` (one of the last few hundred)."""
+        return seq in self._acked
+
+    def _note_acked(self, seq: int) -> None:
+        self._acked.add(seq)
+        if len(self._acked) > 512:
+            self._acked = {s for s in self._acked if s > seq - 256}
+
+    async def wait_acked(self, seq: int, timeout_s: float) -> bool:
+        """Wait (at most `timeout_s`) until message `seq` is acknowledged or given up."""
+        if seq in self._out:
+            fut = self._waiters.setdefault(seq, asyncio.get_running_loop().create_future())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        return self.acked(seq)
+
+    def _wake(self, seq: int) -> None:
+        waiter = self._waiters.pop(seq, None)
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
     def estimate(self) -> LinkEstimate:
-        return LinkEstimate(self.rtt.srtt_s, self.rtt.rto_s, self.loss, self.bandwidth_bps)
+        queued = sum(out.size for out in self._out.values())
+        return LinkEstimate(self.rtt.srtt_s, self.rtt.rto_s, self.loss, self.bandwidth_bps, queued)
+
+    def probe(self) -> int:
+        """Send a train of `PROBE_DATAGRAMS` full datagrams (modality NONE, which the cloud
+        ignores) so the first key frame is sized from a measured bandwidth; returns its
+        sequence."""
+        room = self.config.mtu_bytes - OVERHEAD
+        return self.send(Packet(), bytes(PROBE_DATAGRAMS * room))
 
     def send(
         self,
@@ -290,6 +335,7 @@ class UdpSender(_UdpEnd):
 
     def _forget(self, seq: int) -> None:
         del self._out[seq]
+        self._wake(seq)
         if not self._out:
             self._idle.set()
 
@@ -322,8 +368,16 @@ class UdpSender(_UdpEnd):
             # A fragment sent less than an RTT ago may still be queued on the path: the NACK
             # is stale, and resending it would only lengthen the queue (a retransmission storm
             # on a slow link).
+            # A first copy also waits its turn behind the message's earlier fragments at the
+            # bottleneck (measured bandwidth), which a NACK sent early does not know.
             guard = self.rtt.srtt_s or 0.0
-            resend = [i for i in indices if now - out.sent_at.get(i, out.sent_wall) >= guard]
+            pace = 8.0 * self.config.mtu_bytes / self.bandwidth_bps if self.bandwidth_bps else 0.0
+            resend = [
+                i
+                for i in indices
+                if now - out.sent_at.get(i, out.sent_wall)
+                >= guard + (0.0 if i in out.sent_at else (i + 1) * pace)
+            ]
             if not resend:
                 return
             out.retransmitted = True
@@ -335,19 +389,25 @@ class UdpSender(_UdpEnd):
             if len(p.payload) != _ACK.size:
                 self.stats.malformed += 1
                 return
-            originals, count, size, dispersion_us = _ACK.unpack(p.payload)
+            originals, count, _size, dispersion_us = _ACK.unpack(p.payload)
             if out is None:
                 return  # a duplicate ACK
             self._forget(p.sequence)
+            self._note_acked(p.sequence)
             if out.acked is not None and not out.acked.done():
                 out.acked.set_result(None)
             if not out.retransmitted:  # Karn: no RTT sample from a retransmitted message
-                self.rtt.sample(now - out.last_send_wall)
-                if len(out.datagrams) >= 4 and dispersion_us > 0:
-                    bw = 8.0 * size * (len(out.datagrams) - 1) / len(out.datagrams)
-                    sample = bw / (dispersion_us / 1e6)
-                    old = self.bandwidth_bps
-                    self.bandwidth_bps = sample if old is None else 0.7 * old + 0.3 * sample
+                # Less the message's own spread at the bottleneck: a 20 KB key frame on a
+                # 200 kbit/s link is not a 0.8 s round trip.
+                self.rtt.sample(max(0.0, now - out.last_send_wall - dispersion_us / 1e6))
+            # Packet-train dispersion: the datagrams after the first arrived `dispersion` after
+            # it, at the bottleneck's pace (0 from the receiver unless every fragment was a
+            # first copy; too few bytes: timer noise dominates).
+            trailing = sum(len(d) for d in out.datagrams[1:])
+            if trailing >= self.config.mtu_bytes // 2 and dispersion_us > 0:
+                sample = 8.0 * trailing / (dispersion_us / 1e6)
+                old = self.bandwidth_bps
+                self.bandwidth_bps = sample if old is None else 0.7 * old + 0.3 * sample
             if count:
                 self._loss_window.append((count, max(0, count - originals)))
                 self._loss_n += count
@@ -362,7 +422,9 @@ class UdpSender(_UdpEnd):
         while True:
             await asyncio.sleep(_TICK_S)
             now = now_wall()
+            ahead = 0  # bytes of this and earlier outstanding messages (in sequence order)
             for seq, out in list(self._out.items()):
+                ahead += len(out.packets) * OVERHEAD + out.size
                 if now > out.deadline_wall:
                     self._forget(seq)
                     self.stats.expired += 1
@@ -372,7 +434,11 @@ class UdpSender(_UdpEnd):
                         )
                         out.acked.exception()  # retrieved: send_reliable reports its own
                     continue
-                if now - out.last_send_wall >= self.rtt.rto_s:
+                # The RTO counts from when the message's last byte could have left the
+                # bottleneck: on a slow link a big message (and what is queued before it)
+                # takes longer than a round trip to go through.
+                serial = 8.0 * ahead / self.bandwidth_bps if self.bandwidth_bps else 0.0
+                if now - out.last_send_wall >= self.rtt.rto_s + serial:
                     # Tail-loss probe: resend the last fragment; the receiver NACKs the rest.
                     self._retransmit(out, len(out.packets) - 1)
                     out.retransmitted = True
@@ -420,6 +486,10 @@ class UdpReceiver(_UdpEnd):
         self._given_up: set[int] = set()  # skipped as too late (the newest few thousand)
         self._queue: asyncio.Queue[Message | None] = asyncio.Queue()
         self._repair_s = 0.05  # NACK -> repair time, measured
+        #: Gap between consecutive first copies of one message's fragments (EWMA): on a slow
+        #: link a fragment still queued behind its predecessors is not lost, and NACKing it
+        #: before its turn only adds a retransmission to the queue.
+        self._gap_s = 0.0
 
         self._closed = False
 
@@ -515,6 +585,10 @@ class UdpReceiver(_UdpEnd):
             self._repair_s = 0.8 * self._repair_s + 0.2 * (now - msg.last_nack_wall)
         if seq < self._highest:
             self.stats.reordered += 1
+        if msg.parts and not p.flags & RETRANSMIT and p.fragment_index == max(msg.parts) + 1:
+            # Up at once (a slower link), down slowly (one quick pair is no proof).
+            gap = now - msg.last_arrival_wall
+            self._gap_s = max(gap, 0.9 * self._gap_s + 0.1 * gap)
         msg.parts[p.fragment_index] = p.payload
         if not p.flags & RETRANSMIT:
             msg.originals += 1
@@ -528,7 +602,8 @@ class UdpReceiver(_UdpEnd):
             del self._incomplete[seq]
             self._known_since.pop(seq, None)
             payload = b"".join(msg.parts[i] for i in range(msg.count))
-            dispersion = 0.0 if msg.nacks else now - msg.first_arrival_wall
+            # Every fragment a first copy: their spread is the bottleneck's pace.
+            dispersion = now - msg.first_arrival_wall if msg.originals == msg.count else 0.0
             self._ack(msg.header, msg.originals, len(payload), dispersion)
             m = Message(msg.header, payload, msg.first_seen_wall, now)
             if seq < self._next:  # a reliable message that arrived after being given up
@@ -574,7 +649,8 @@ class UdpReceiver(_UdpEnd):
                 msg = self._incomplete.get(seq)
                 since = msg.last_arrival_wall if msg else self._known_since.get(seq, now)
                 last = msg.last_nack_wall if msg else 0.0
-                if now - since < self.config.nack_delay_s or now - last < interval:
+                wait = max(self.config.nack_delay_s, 3.0 * self._gap_s)
+                if now - since < wait or now - last < max(interval, wait):
                     continue
                 if msg is None:
                     # Nothing of it arrived: NACK the whole message (empty list).

@@ -1,4 +1,4 @@
-"""The streamfuse wire format, version 1 (docs/wire-format.md): one packet per UDP datagram.
+"""The streamfuse wire format, version 2 (docs/wire-format.md): one packet per UDP datagram.
 
 `encode(Packet) -> bytes` and `decode(bytes) -> Packet` are exact inverses; `decode` either
 returns a packet whose CRC32C (over header and payload) matched, or raises `WireError` naming
@@ -17,7 +17,7 @@ import google_crc32c
 from streamfuse.errors import StreamfuseError
 
 MAGIC = b"SF"
-VERSION = 1
+VERSION = 2
 MAX_NDIM = 8
 #: The largest payload one packet may carry (a UDP datagram holds at most 65507 bytes).
 MAX_PAYLOAD = 65_000
