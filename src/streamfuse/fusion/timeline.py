@@ -20,7 +20,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
-
 from rapidfuzz import fuzz
 
 from streamfuse.events import AsrPayload, OcrPayload, TextPayload
