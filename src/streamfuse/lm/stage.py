@@ -233,8 +233,10 @@ class LMStage(Stage):
             return  # an older revision arriving late: the newer text stays
         first = next(iter(st.windows), key)
         ids = tuple(self.tokenizer.encode(frame.text, add_bos=key == first))
-        if old is not None and (old.version, old.ids) == (frame.version, ids):
-            return  # nothing changed: keep the cache as it is
+        if not ids or (old is not None and (old.version, old.ids) == (frame.version, ids)):
+            # Nothing to change: keep the cache as it is (and never send the engine a feed
+            # with nothing to prefill: such a request would not finish).
+            return
         st.windows[key] = ContextWindow(key, frame.version, ids)  # in place when revised
         self._trim(st)
         st.context_tokens = sum(len(w.ids) for w in st.windows.values())
