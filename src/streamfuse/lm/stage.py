@@ -1,22 +1,23 @@
 """The `lm` answer stage: a rolling context per stream, and streamed answers to prompts.
 
 Input: `ContextFrame`s (context text, e.g. the fused timeline from fusion/timeline.py) and
-`TextFrame`s (prompts). Context is kept as an ordered list of versioned windows (F19): a frame's
-`window` key names one (unkeyed text gets a key of its own), a newer version of a known key
-replaces that window's text in place. Every change is sent at once as the session's whole
+`TextFrame`s (prompts). Context is kept as an ordered list of versioned windows (F19): a
+frame's `window` key names one (unkeyed text gets a key of its own), a newer version of a known
+key replaces that window's text in place. Every change is sent at once as the session's whole
 context (`Request.windows`, prefilled in the background, so a question finds its context
 already computed): the engine reuses the cached KV up to the first changed window and
 recomputes the rest. When the windows outgrow the slot (less room for a question and answer),
-the oldest ones after the first (the header: attention sinks) are dropped, down to three
-quarters of it, so the recompute that follows is paid rarely. With `semantic_windows` or
-`feed_keep_ratio` (which hold back or drop text) context is appended instead, and the session
-keeps the first tokens and the most recent window when the slot fills (sink + window). A prompt
-(a TextFrame, or the configured `ask` at each context checkpoint and, if context was added
-since, once more at the end of input) starts a generation whose text streams out as `lm_token`
-events (incrementally detokenized) and ends as one `lm` event. A newer prompt for the same
-stream cuts a running answer at a token boundary (its `lm` event says `interrupted`). The
-question and answer are rolled back out of the context. At the end of input every stream's last
-answer is completed and its session closed (its KV slot freed).
+the oldest ones after the first (the header: attention sinks) are dropped, down to half of it:
+what follows a dropped window moves, so it is recomputed (exactly, where sink + window
+truncation re-rotates cached keys), about once per half a slot of new context. With
+`semantic_windows` or `feed_keep_ratio` (which hold back or drop text) context is appended
+instead, and the session keeps the first tokens and the most recent window when the slot fills
+(sink + window). A prompt (a TextFrame, or the configured `ask` at each context checkpoint and,
+if context was added since, once more at the end of input) starts a generation whose text
+streams out as `lm_token` events (incrementally detokenized) and ends as one `lm` event. A
+newer prompt for the same stream cuts a running answer at a token boundary (its `lm` event says
+`interrupted`). The question and answer are rolled back out of the context. At the end of input
+every stream's last answer is completed and its session closed (its KV slot freed).
 
 Output events: `lm_token` {text, request, prompt} and `lm` {text, prompt, request, finish,
 interrupted, n_tokens, context_tokens, ttft_ms, tok_s}. Their `t_media`/`t_end` span the
@@ -252,8 +253,9 @@ class LMStage(Stage):
 
     def _trim(self, st: _StreamState) -> None:
         """Keep the windows within the slot, less room for a question and its answer: drop
-        the oldest after the first down to 3/4 of that (everything after a dropped window
-        moves, so it is recomputed: dropping a quarter at once makes that rare)."""
+        the oldest after the first down to half of that. Everything after a dropped window
+        moves, so it is recomputed: a half at once recomputes about one token per new one (a
+        quarter would cost three; a question waits for its session's recompute)."""
         assert self.engine is not None
         room = self.engine.pool.max_tokens
         budget = max(room // 4, room - self.config.max_new_tokens - _QUESTION_ROOM)
@@ -262,7 +264,7 @@ class LMStage(Stage):
             return
         keys = list(st.windows)[1:-1]  # never the first (sinks) nor the newest
         for key in keys:
-            if total <= budget * 3 // 4:
+            if total <= budget // 2:
                 break
             total -= len(st.windows.pop(key).ids)
 
