@@ -136,6 +136,30 @@ def test_windows_outgrowing_the_slot_drop_the_oldest_but_keep_the_first(model: G
     assert engine.stats.truncations == 0  # the engine never had to cut the windows itself
 
 
+def test_unkeyed_text_gets_a_window_and_a_late_older_revision_is_ignored(
+    model: GemmaModel,
+) -> None:
+    stage = stage_for(model)
+    engine = stage.engine
+    assert engine is not None
+    plain = ContextFrame(stream_id="s", t_media=0.0, t_end=1.0, text="plain\n")
+
+    async def scenario() -> list[int]:
+        await stage.setup()
+        try:
+            await push(stage, [plain, line("k", 0, "old\n"), line("k", 2, "new\n")])
+            await push(stage, [line("k", 1, "stale\n"), plain])  # late revision; more text
+            await push(stage, [TextFrame(stream_id="s", text="q")])
+            return engine.session_context("s")
+        finally:
+            await stage.teardown()
+
+    context = asyncio.run(asyncio.wait_for(scenario(), 120))
+    # Unkeyed text is appended each time (a key of its own); "k" holds its newest version.
+    want = [*TOK.encode("plain\n", add_bos=True), *TOK.encode("new\n"), *TOK.encode("plain\n")]
+    assert context == want
+
+
 def slide(t: float, text: str) -> EventFrame:
     payload = OcrPayload(
         lines=[OcrLine(text=text, box=(0, 0, 10, 10), conf=1.0)], text=text, n_lines=1,
