@@ -79,11 +79,16 @@ class ContextFrame(Frame):
     """Text that extends a stream's running context (e.g. one line of the fused timeline),
     spanning `t_media`..`t_end`. `checkpoint`: the context changed enough since the previous
     checkpoint that a standing question deserves a fresh answer (`text` may then be empty).
+    `window`: a stable key naming this piece of context across revisions (None: plain text to
+    append); a frame with a known key and a higher `version` replaces that window's text in
+    place (a slide read again better), so the LM recomputes its KV from there on.
     """
 
     text: str
     t_end: float
     checkpoint: bool = False
+    window: str | None = None
+    version: int = 0
 
 
 def _envelope(frame: Frame, kind: str, t_end: float, emitted_wall: float | None) -> dict[str, Any]:

@@ -4,7 +4,10 @@ Input: `ocr` events (a slide read: `OcrPayload`), `asr` events (committed speech
 `AsrPayload`), `text` events (chat or captions from a text stream: `TextPayload`, labelled by
 their kind, `CHAT alice: ...`) and `TextFrame` prompts, which pass through in order. Each new
 slide, stretch of speech or message becomes one `ContextFrame` line (`[12.0s] SLIDE: ...`),
-the stream's first one led by the header; a slide read again unchanged adds nothing. A line
+the stream's first one led by the header; a slide read again unchanged adds nothing. Each line
+names a context window (`slide:3`, `speech:4`): a later reading of the current slide that keeps
+most of its words (a half-drawn slide settled, a bullet built up, a better read) revises that
+slide's window (same key and timestamp, version + 1) instead of adding a line. A line
 is a checkpoint (worth a fresh answer to a standing question) when it is a new slide, or when
 `checkpoint_every_s` of media passed since the last checkpoint (and something was added since).
 This is the only module that knows the OCR, ASR and text event kinds; the LM answer stage
@@ -17,6 +20,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
+from rapidfuzz import fuzz
 
 from streamfuse.events import AsrPayload, OcrPayload, TextPayload
 from streamfuse.frames import ContextFrame, EventFrame, Frame, TextFrame
@@ -38,13 +42,27 @@ class TimelineConfig(BaseModel):
     checkpoint_every_s: float = Field(
         default=30.0, gt=0.0, le=3600.0, description="Media seconds between checkpoints."
     )
-    checkpoint_on_slide: bool = Field(default=True, description="A new slide is a checkpoint.")
+    checkpoint_on_slide: bool = Field(
+        default=True, description="A new or revised slide is a checkpoint."
+    )
+    slide_revision_similarity: float | None = Field(
+        default=0.8,
+        gt=0.0,
+        le=1.0,
+        description="A reading whose words overlap the current slide's at least this much "
+        "(rapidfuzz token_set_ratio / 100) revises that slide's window (None: never).",
+    )
 
 
 @dataclass
 class _Stream:
     started: bool = False
     last_slide: str = ""
+    lines: int = 0  # windows named so far (keys are unique per stream)
+    first_key: str | None = None  # the window the header leads
+    slide_key: str | None = None  # the current slide's window
+    slide_version: int = 0
+    slide_t: float = 0.0
     last_checkpoint_t: float | None = None
     new_since_checkpoint: bool = False
 
@@ -78,18 +96,43 @@ class TimelineStage(Stage):
         st = self._streams.setdefault(frame.stream_id, _Stream())
         text = collapse_whitespace(payload.text)
         line: str | None = None
+        key: str | None = None
+        version = 0
         if text and not (is_slide and text == st.last_slide):
+            t_line = frame.t_media
+            if is_slide and self._same_slide(text, st):
+                assert st.slide_key is not None
+                st.slide_version += 1
+                key, version, t_line = st.slide_key, st.slide_version, st.slide_t
+            else:
+                st.lines += 1
+                kind = "slide" if is_slide else "speech" if label == cfg.speech_label else "text"
+                key = f"{kind}:{st.lines}"
+                if is_slide:
+                    st.slide_key, st.slide_version, st.slide_t = key, 0, frame.t_media
             if is_slide:
                 st.last_slide = text
-            line = f"[{frame.t_media:.1f}s] {label}: {text}\n"
+            line = f"[{t_line:.1f}s] {label}: {text}\n"
             if not st.started:
-                # One frame, so the LM feeds the opening in one piece (one prefill, as before).
                 st.started = True
+                st.first_key = key
+            if key == st.first_key:
+                # One window, so the LM feeds the opening in one piece (one prefill, as before).
                 line = cfg.header + line
             st.new_since_checkpoint = True
         checkpoint = self._due(frame.t_media, st, slide=line is not None and is_slide)
         if line is not None or checkpoint:
-            yield self._context(frame, line or "", t_end=frame.t_end, checkpoint=checkpoint)
+            yield self._context(
+                frame, line or "", t_end=frame.t_end, checkpoint=checkpoint, window=key,
+                version=version,
+            )  # fmt: skip
+
+    def _same_slide(self, text: str, st: _Stream) -> bool:
+        """Is `text` a later reading of the current slide rather than a new slide?"""
+        similarity = self.config.slide_revision_similarity
+        if similarity is None or st.slide_key is None:
+            return False
+        return fuzz.token_set_ratio(text, st.last_slide) >= 100.0 * similarity
 
     def _due(self, t_media: float, st: _Stream, *, slide: bool) -> bool:
         """A checkpoint now? Only when something was added since the previous one."""
@@ -108,7 +151,13 @@ class TimelineStage(Stage):
 
     @staticmethod
     def _context(
-        cause: EventFrame, text: str, *, t_end: float, checkpoint: bool = False
+        cause: EventFrame,
+        text: str,
+        *,
+        t_end: float,
+        checkpoint: bool = False,
+        window: str | None = None,
+        version: int = 0,
     ) -> ContextFrame:
         return ContextFrame(
             stream_id=cause.stream_id,
@@ -117,4 +166,6 @@ class TimelineStage(Stage):
             text=text,
             t_end=t_end,
             checkpoint=checkpoint,
+            window=window,
+            version=version,
         )

@@ -1,15 +1,23 @@
 """The `lm` answer stage: a rolling context per stream, and streamed answers to prompts.
 
 Input: `ContextFrame`s (context text, e.g. the fused timeline from fusion/timeline.py) and
-`TextFrame`s (prompts). Context text is appended at once to the stream's engine session
-(prefilled in the background, so a question finds its context already computed); the session
-keeps the first tokens and the most recent window when the slot fills (sink + window). A prompt
-(a TextFrame, or the configured `ask` at each context checkpoint and, if context was added
-since, once more at the end of input) starts a generation whose text streams out as `lm_token`
-events (incrementally detokenized) and ends as one `lm` event. A newer prompt for the same
-stream cuts a running answer at a token boundary (its `lm` event says `interrupted`). The
-question and answer are rolled back out of the context. At the end of input every stream's last
-answer is completed and its session closed (its KV slot freed).
+`TextFrame`s (prompts). Context is kept as an ordered list of versioned windows (F19): a
+frame's `window` key names one (unkeyed text gets a key of its own), a newer version of a known
+key replaces that window's text in place. Every change is sent at once as the session's whole
+context (`Request.windows`, prefilled in the background, so a question finds its context
+already computed): the engine reuses the cached KV up to the first changed window and
+recomputes the rest. When the windows outgrow the slot (less room for a question and answer),
+the oldest ones after the first (the header: attention sinks) are dropped, down to half of it:
+what follows a dropped window moves, so it is recomputed (exactly, where sink + window
+truncation re-rotates cached keys), about once per half a slot of new context. With
+`semantic_windows` or `feed_keep_ratio` (which hold back or drop text) context is appended
+instead, and the session keeps the first tokens and the most recent window when the slot fills
+(sink + window). A prompt (a TextFrame, or the configured `ask` at each context checkpoint and,
+if context was added since, once more at the end of input) starts a generation whose text
+streams out as `lm_token` events (incrementally detokenized) and ends as one `lm` event. A
+newer prompt for the same stream cuts a running answer at a token boundary (its `lm` event says
+`interrupted`). The question and answer are rolled back out of the context. At the end of input
+every stream's last answer is completed and its session closed (its KV slot freed).
 
 Output events: `lm_token` {text, request, prompt} and `lm` {text, prompt, request, finish,
 interrupted, n_tokens, context_tokens, ttft_ms, tok_s}. Their `t_media`/`t_end` span the
@@ -32,11 +40,15 @@ from streamfuse.events import LmPayload, LmTokenPayload, Payload
 from streamfuse.frames import ContextFrame, EventFrame, Frame, TextFrame
 from streamfuse.lm.config import LMConfig
 from streamfuse.lm.engine import LMEngine, Request, RequestHandle
+from streamfuse.lm.request import ContextWindow
 from streamfuse.lm.tokenizer import TextCodec, TextStream
 from streamfuse.pipeline.stage import Stage
 from streamfuse.telemetry.metrics import ModelInfo, watch_lm_engine
 
 log = logging.getLogger(__name__)
+
+#: Tokens of a slot kept free for a question (besides `max_new_tokens` for its answer).
+_QUESTION_ROOM = 64
 
 
 class LMStageConfig(BaseModel):
@@ -94,6 +106,9 @@ class _Answer:
 @dataclass
 class _StreamState:
     held: str = ""  # context text waiting for its sentence to end (semantic windows)
+    #: The context as versioned windows by key, in context order (a revision keeps its place).
+    windows: dict[str, ContextWindow] = field(default_factory=dict)
+    unkeyed: int = 0  # keys handed to unkeyed text
     context_tokens: int = 0
     t_first: float | None = None
     t_last: float = 0.0
@@ -187,13 +202,71 @@ class LMStage(Stage):
             self.engine.close_session(stream_id)
 
     # -- context ------------------------------------------------------------------------------
+    @property
+    def versioned(self) -> bool:
+        """Context kept as versioned windows (off when text is held back or dropped)."""
+        cfg = self.config
+        return not cfg.semantic_windows and cfg.feed_keep_ratio is None
+
     def _add_context(self, frame: ContextFrame, st: _StreamState, *, force: bool) -> None:
-        """Append the frame's text to the stream's session (at a window boundary, if on)."""
+        """Put the frame's text in the stream's context: as (a revision of) its window, or
+        appended (at a semantic window boundary, if on)."""
         if frame.text:
             if st.context_tokens == 0 and not st.held:
                 st.t_first = frame.t_media
             st.t_last = max(st.t_last, frame.t_end)
+        if self.versioned:
+            if frame.text:
+                self._put_window(frame, st)
+            return
         self._feed(frame.stream_id, st, frame.text, force=force)
+
+    def _put_window(self, frame: ContextFrame, st: _StreamState) -> None:
+        """Add or revise the frame's window, then send the whole context (the engine reuses
+        the KV up to the first changed window)."""
+        assert self.engine is not None and self.tokenizer is not None
+        key = frame.window
+        if key is None:
+            st.unkeyed += 1
+            key = f"~{st.unkeyed}"
+        old = st.windows.get(key)
+        if old is not None and old.version > frame.version:
+            return  # an older revision arriving late: the newer text stays
+        first = next(iter(st.windows), key)
+        ids = tuple(self.tokenizer.encode(frame.text, add_bos=key == first))
+        if not ids or (old is not None and (old.version, old.ids) == (frame.version, ids)):
+            # Nothing to change: keep the cache as it is (and never send the engine a feed
+            # with nothing to prefill: such a request would not finish).
+            return
+        st.windows[key] = ContextWindow(key, frame.version, ids)  # in place when revised
+        self._trim(st)
+        st.context_tokens = sum(len(w.ids) for w in st.windows.values())
+        req = Request(
+            prompt_ids=(),
+            max_new_tokens=0,
+            session=frame.stream_id,
+            keep_output=True,
+            windows=tuple(st.windows.values()),
+        )
+        self.engine.submit(req)
+        st.new_since_ask = True
+
+    def _trim(self, st: _StreamState) -> None:
+        """Keep the windows within the slot, less room for a question and its answer: drop
+        the oldest after the first down to half of that. Everything after a dropped window
+        moves, so it is recomputed: a half at once recomputes about one token per new one (a
+        quarter would cost three; a question waits for its session's recompute)."""
+        assert self.engine is not None
+        room = self.engine.pool.max_tokens
+        budget = max(room // 4, room - self.config.max_new_tokens - _QUESTION_ROOM)
+        total = sum(len(w.ids) for w in st.windows.values())
+        if total <= budget:
+            return
+        keys = list(st.windows)[1:-1]  # never the first (sinks) nor the newest
+        for key in keys:
+            if total <= budget // 2:
+                break
+            total -= len(st.windows.pop(key).ids)
 
     def _feed(self, stream_id: str, st: _StreamState, text: str, *, force: bool) -> None:
         assert self.engine is not None and self.tokenizer is not None
@@ -228,6 +301,7 @@ class LMStage(Stage):
         ids = self.tokenizer.encode(text, add_bos=st.context_tokens == 0)
         req = Request(
             prompt_ids=tuple(ids),
+            windows=tuple(st.windows.values()) if self.versioned and st.windows else None,
             max_new_tokens=self.config.max_new_tokens,
             session=cause.stream_id,
             keep_output=False,
