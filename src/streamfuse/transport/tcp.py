@@ -22,18 +22,15 @@ from streamfuse.clock import now_wall
 from streamfuse.transport.config import TransportConfig
 from streamfuse.transport.udp import (
     _ACK,
-    PROBE_DATAGRAMS,
-    RELIABLE,
     LinkEstimate,
     Message,
     ReceiverStats,
-    RttEstimator,
-    SenderStats,
     TransportError,
     UdpReceiver,
     UdpSender,
+    _SenderBook,
 )
-from streamfuse.transport.wire import OVERHEAD, Kind, Packet, WireError, decode, encode, fragment
+from streamfuse.transport.wire import Kind, Packet, WireError, decode, encode, fragment
 
 log = logging.getLogger(__name__)
 
@@ -66,9 +63,11 @@ class _Pending:
     acked: asyncio.Future[None] | None = None
 
 
-class TcpSender:
+class TcpSender(_SenderBook):
     """The edge end over TCP: the `UdpSender` interface (`send`, `send_reliable`, `probe`,
     `estimate`, `drain`, `close`, `stats`, `send_wall`)."""
+
+    _out: dict[int, _Pending]
 
     def __init__(
         self,
@@ -77,19 +76,8 @@ class TcpSender:
         config: TransportConfig,
         stream: int = 0,
     ) -> None:
-        self.config = config
-        self.stream = stream
-        self.stats = SenderStats()
-        self.rtt = RttEstimator(config.initial_rto_s, config.min_rto_s)
-        self.bandwidth_bps: float | None = None
-        self.send_wall: dict[int, float] = {}
+        super().__init__(config, stream)
         self._reader, self._writer = reader, writer
-        self._seq = 0
-        self._acked: set[int] = set()
-        self._waiters: dict[int, asyncio.Future[None]] = {}
-        self._out: dict[int, _Pending] = {}
-        self._idle = asyncio.Event()
-        self._idle.set()
         self._acks = asyncio.create_task(self._read_acks())
 
     @classmethod
@@ -105,28 +93,6 @@ class TcpSender:
             raise TransportError(f"cannot open a TCP connection to {host}:{port}: {e}") from e
         return cls(reader, writer, config, stream)
 
-    def acked(self, seq: int) -> bool:
-        """Whether the cloud acknowledged message `seq` (one of the last few hundred)."""
-        return seq in self._acked
-
-    def _note_acked(self, seq: int) -> None:
-        self._acked.add(seq)
-        if len(self._acked) > 512:
-            self._acked = {s for s in self._acked if s > seq - 256}
-
-    async def wait_acked(self, seq: int, timeout_s: float) -> bool:
-        """Wait (at most `timeout_s`) until message `seq` is acknowledged or given up."""
-        if seq in self._out:
-            fut = self._waiters.setdefault(seq, asyncio.get_running_loop().create_future())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(fut), timeout_s)
-        return self.acked(seq)
-
-    def _wake(self, seq: int) -> None:
-        waiter = self._waiters.pop(seq, None)
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
     def estimate(self) -> LinkEstimate:
         queued = sum(p.size for p in self._out.values())
         return LinkEstimate(self.rtt.srtt_s, self.rtt.rto_s, 0.0, self.bandwidth_bps, queued)
@@ -140,23 +106,8 @@ class TcpSender:
         reliable: bool = False,
     ) -> int:
         """Queue one message on the connection now; returns its sequence number."""
-        seq = self._seq
-        self._seq += 1
-        head = Packet(
-            kind=template.kind,
-            stream=self.stream,
-            sequence=seq,
-            media_time_us=template.media_time_us,
-            modality=template.modality,
-            dtype=template.dtype,
-            shape=template.shape,
-            quant_scale=template.quant_scale,
-            keep_ratio=template.keep_ratio,
-            mask_bits=template.mask_bits,
-            sample_rate=template.sample_rate,
-            flags=template.flags | (RELIABLE if reliable else 0),
-            traceparent=template.traceparent,
-        )
+        head = self._next_head(template, reliable=reliable)
+        seq = head.sequence
         datagrams = [encode(p) for p in fragment(head, payload, self.config.mtu_bytes)]
         now = now_wall()
         pending = _Pending(len(payload), len(datagrams), now)
@@ -183,10 +134,6 @@ class TcpSender:
         except TimeoutError as e:
             raise TransportError(f"no acknowledgement from the cloud within {timeout_s} s") from e
         return seq
-
-    def probe(self) -> int:
-        room = self.config.mtu_bytes - OVERHEAD
-        return self.send(Packet(), bytes(PROBE_DATAGRAMS * room))
 
     async def drain(self, timeout_s: float) -> None:
         with contextlib.suppress(TimeoutError, ConnectionError):

@@ -172,55 +172,37 @@ class _UdpEnd:
         raise NotImplementedError
 
 
-class _Endpoint(asyncio.DatagramProtocol):
-    """Glue from asyncio's callbacks to the owner's methods."""
+class _SenderBook:
+    """What both edge ends (`UdpSender`, the TCP fallback's `TcpSender`) keep: sequence
+    numbers, the wire header of a new message, the acknowledgement book with its waiters, and
+    the RTT and bandwidth estimates the keep policy reads."""
 
-    def __init__(self, owner: _UdpEnd) -> None:
-        self.owner = owner
+    _out: dict[int, Any]  # the messages in flight, each with its payload `size`
 
-    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
-        try:
-            self.owner._on_datagram(data, addr)
-        except Exception:  # the receive loop must survive anything a peer sends
-            log.exception("datagram from %s dropped", addr)
-            self.owner._count_malformed()
-
-    def error_received(self, exc: Exception) -> None:
-        # ICMP port unreachable and the like: the peer is not there (yet); retransmission and
-        # deadlines handle it.
-        log.debug("socket error: %s", exc)
-
-
-class UdpSender(_UdpEnd):
-    """The edge end: `send` messages towards one receiver."""
-
-    def __init__(self, config: TransportConfig, stream: int = 0) -> None:
+    def __init__(self, config: TransportConfig, stream: int) -> None:
         self.config = config
         self.stream = stream
         self.stats = SenderStats()
         self.rtt = RttEstimator(config.initial_rto_s, config.min_rto_s)
-        self.loss = 0.0
         self.bandwidth_bps: float | None = None
-        #: Sequence -> wall time it was first sent (the newest `_SEND_LOG` messages).
+        #: Sequence -> wall time it was first sent.
         self.send_wall: dict[int, float] = {}
         self._seq = 0
         self._acked: set[int] = set()
         self._waiters: dict[int, asyncio.Future[None]] = {}
-        self._out: dict[int, _Out] = {}
+        self._out = {}
         self._idle = asyncio.Event()  # set while nothing is outstanding
         self._idle.set()
-        # (fragments, first copies lost) of recently acknowledged messages, and their sums
-        self._loss_window: deque[tuple[int, int]] = deque()
-        self._loss_n = 0
-        self._loss_lost = 0
 
-    @classmethod
-    async def connect(
-        cls, host: str, port: int, config: TransportConfig | None = None, stream: int = 0
-    ) -> UdpSender:
-        sender = cls(config or TransportConfig(), stream)
-        await sender._open(f"cannot open a UDP socket to {host}:{port}", remote_addr=(host, port))
-        return sender
+    def send(
+        self,
+        template: Packet,
+        payload: bytes,
+        *,
+        deadline_s: float | None = None,
+        reliable: bool = False,
+    ) -> int:
+        raise NotImplementedError
 
     def acked(self, seq: int) -> bool:
         """Whether the cloud acknowledged message `seq` (one of the last few hundred)."""
@@ -244,10 +226,6 @@ class UdpSender(_UdpEnd):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def estimate(self) -> LinkEstimate:
-        queued = sum(out.size for out in self._out.values())
-        return LinkEstimate(self.rtt.srtt_s, self.rtt.rto_s, self.loss, self.bandwidth_bps, queued)
-
     def probe(self) -> int:
         """Send a train of `PROBE_DATAGRAMS` full datagrams (modality NONE, which the cloud
         ignores) so the first key frame is sized from a measured bandwidth; returns its
@@ -255,18 +233,12 @@ class UdpSender(_UdpEnd):
         room = self.config.mtu_bytes - OVERHEAD
         return self.send(Packet(), bytes(PROBE_DATAGRAMS * room))
 
-    def send(
-        self,
-        template: Packet,
-        payload: bytes,
-        *,
-        deadline_s: float | None = None,
-        reliable: bool = False,
-    ) -> int:
-        """Send one message now; returns its sequence number."""
+    def _next_head(self, template: Packet, *, reliable: bool) -> Packet:
+        """The header of the next message: `template`'s fields, this end's stream and the
+        next sequence number."""
         seq = self._seq
         self._seq += 1
-        head = Packet(
+        return Packet(
             kind=template.kind,
             stream=self.stream,
             sequence=seq,
@@ -281,6 +253,63 @@ class UdpSender(_UdpEnd):
             flags=template.flags | (RELIABLE if reliable else 0),
             traceparent=template.traceparent,
         )
+
+
+class _Endpoint(asyncio.DatagramProtocol):
+    """Glue from asyncio's callbacks to the owner's methods."""
+
+    def __init__(self, owner: _UdpEnd) -> None:
+        self.owner = owner
+
+    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        try:
+            self.owner._on_datagram(data, addr)
+        except Exception:  # the receive loop must survive anything a peer sends
+            log.exception("datagram from %s dropped", addr)
+            self.owner._count_malformed()
+
+    def error_received(self, exc: Exception) -> None:
+        # ICMP port unreachable and the like: the peer is not there (yet); retransmission and
+        # deadlines handle it.
+        log.debug("socket error: %s", exc)
+
+
+class UdpSender(_UdpEnd, _SenderBook):
+    """The edge end: `send` messages towards one receiver."""
+
+    _out: dict[int, _Out]
+
+    def __init__(self, config: TransportConfig, stream: int = 0) -> None:
+        super().__init__(config, stream)
+        self.loss = 0.0
+        # (fragments, first copies lost) of recently acknowledged messages, and their sums
+        self._loss_window: deque[tuple[int, int]] = deque()
+        self._loss_n = 0
+        self._loss_lost = 0
+
+    @classmethod
+    async def connect(
+        cls, host: str, port: int, config: TransportConfig | None = None, stream: int = 0
+    ) -> UdpSender:
+        sender = cls(config or TransportConfig(), stream)
+        await sender._open(f"cannot open a UDP socket to {host}:{port}", remote_addr=(host, port))
+        return sender
+
+    def estimate(self) -> LinkEstimate:
+        queued = sum(out.size for out in self._out.values())
+        return LinkEstimate(self.rtt.srtt_s, self.rtt.rto_s, self.loss, self.bandwidth_bps, queued)
+
+    def send(
+        self,
+        template: Packet,
+        payload: bytes,
+        *,
+        deadline_s: float | None = None,
+        reliable: bool = False,
+    ) -> int:
+        """Send one message now; returns its sequence number."""
+        head = self._next_head(template, reliable=reliable)
+        seq = head.sequence
         packets = fragment(head, payload, self.config.mtu_bytes)
         datagrams = [encode(p) for p in packets]
         now = now_wall()
