@@ -22,7 +22,6 @@ from streamfuse.clock import now_wall
 from streamfuse.transport.config import TransportConfig
 from streamfuse.transport.udp import (
     _ACK,
-    LinkEstimate,
     Message,
     ReceiverStats,
     TransportError,
@@ -92,10 +91,6 @@ class TcpSender(_SenderBook):
         except (OSError, TimeoutError) as e:
             raise TransportError(f"cannot open a TCP connection to {host}:{port}: {e}") from e
         return cls(reader, writer, config, stream)
-
-    def estimate(self) -> LinkEstimate:
-        queued = sum(p.size for p in self._out.values())
-        return LinkEstimate(self.rtt.srtt_s, self.rtt.rto_s, 0.0, self.bandwidth_bps, queued)
 
     def send(
         self,

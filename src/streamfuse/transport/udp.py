@@ -185,6 +185,8 @@ class _SenderBook:
         self.stats = SenderStats()
         self.rtt = RttEstimator(config.initial_rto_s, config.min_rto_s)
         self.bandwidth_bps: float | None = None
+        #: Share of first copies lost (0 where the link repairs loss itself: TCP).
+        self.loss = 0.0
         #: Sequence -> wall time it was first sent.
         self.send_wall: dict[int, float] = {}
         self._seq = 0
@@ -203,6 +205,12 @@ class _SenderBook:
         reliable: bool = False,
     ) -> int:
         raise NotImplementedError
+
+    def estimate(self) -> LinkEstimate:
+        """RTT, RTO, loss, bandwidth and the payload bytes still in flight, as the keep policy
+        reads them."""
+        queued = sum(out.size for out in self._out.values())
+        return LinkEstimate(self.rtt.srtt_s, self.rtt.rto_s, self.loss, self.bandwidth_bps, queued)
 
     def acked(self, seq: int) -> bool:
         """Whether the cloud acknowledged message `seq` (one of the last few hundred)."""
@@ -281,7 +289,6 @@ class UdpSender(_UdpEnd, _SenderBook):
 
     def __init__(self, config: TransportConfig, stream: int = 0) -> None:
         super().__init__(config, stream)
-        self.loss = 0.0
         # (fragments, first copies lost) of recently acknowledged messages, and their sums
         self._loss_window: deque[tuple[int, int]] = deque()
         self._loss_n = 0
@@ -294,10 +301,6 @@ class UdpSender(_UdpEnd, _SenderBook):
         sender = cls(config or TransportConfig(), stream)
         await sender._open(f"cannot open a UDP socket to {host}:{port}", remote_addr=(host, port))
         return sender
-
-    def estimate(self) -> LinkEstimate:
-        queued = sum(out.size for out in self._out.values())
-        return LinkEstimate(self.rtt.srtt_s, self.rtt.rto_s, self.loss, self.bandwidth_bps, queued)
 
     def send(
         self,
