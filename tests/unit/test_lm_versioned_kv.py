@@ -124,6 +124,24 @@ def test_engine_recomputes_from_the_revised_window_not_a_stale_cache(model: Gemm
     assert out == fresh.generate([*context, *ask], 5, stop_ids=())
 
 
+def test_a_feed_with_nothing_new_to_prefill_finishes_at_once(model: GemmaModel) -> None:
+    """The same windows fed twice: the second feed finds everything cached. It must finish
+    (and so free its session for the next request) instead of waiting for a prefill that never
+    comes."""
+    eng = engine(model)
+
+    def feed_windows() -> list[int]:
+        req = Request(prompt_ids=(), max_new_tokens=0, session="s", windows=(A,), keep_output=True)
+        return eng.submit(req).wait(timeout=5)
+
+    feed_windows()
+    assert feed_windows() == []
+    assert eng.session_context("s") == list(A.ids)
+    # The session takes its next request.
+    ask = Request(prompt_ids=(7, 8), max_new_tokens=3, session="s", windows=(A,), stop_ids=())
+    assert len(eng.submit(ask).wait(timeout=5)) == 3
+
+
 def test_windows_need_a_session(model: GemmaModel) -> None:
     with pytest.raises(ConfigError, match="session"):
         engine(model).submit(Request(prompt_ids=(7,), windows=(A,)))

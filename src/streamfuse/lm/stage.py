@@ -235,8 +235,7 @@ class LMStage(Stage):
         first = next(iter(st.windows), key)
         ids = tuple(self.tokenizer.encode(frame.text, add_bos=key == first))
         if not ids or (old is not None and (old.version, old.ids) == (frame.version, ids)):
-            # Nothing to change: keep the cache as it is (and never send the engine a feed
-            # with nothing to prefill: such a request would not finish).
+            # Nothing to change: keep the cache as it is (no request for the engine).
             return
         st.windows[key] = ContextWindow(key, frame.version, ids)  # in place when revised
         self._trim(st)
