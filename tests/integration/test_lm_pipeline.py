@@ -45,10 +45,10 @@ class RecordingEngine(LMEngine):
         super().close_session(session)
 
 
-def _stage(**cfg: object) -> tuple[LMStage, RecordingEngine]:
+def _stage(max_new_tokens: int = 12, **cfg: object) -> tuple[LMStage, RecordingEngine]:
     lm = LMConfig.model_validate({"pool": {"num_slots": 2, "max_tokens": 256}})
     engine = RecordingEngine(tiny_model(seed=3), lm)
-    config = LMStageConfig(lm=lm, max_new_tokens=12, stop_at_newline=False, **cfg)
+    config = LMStageConfig(lm=lm, max_new_tokens=max_new_tokens, stop_at_newline=False, **cfg)
     return LMStage(config, engine=engine, tokenizer=CharTokenizer()), engine
 
 
@@ -132,3 +132,31 @@ def test_an_input_error_reaches_the_sink_once_with_the_language_model_on() -> No
     errors = sink.of_type("error")
     assert len(errors) == 1 and "decoder lost sync" in errors[0]["message"]
     assert sink.of_type("lm")  # the answers still came
+
+
+def test_a_slide_read_again_revises_its_window_in_the_lm_context() -> None:
+    """A slide read again better revises its window in the LM's context in place, ahead of the
+    speech that followed it (F19)."""
+    stage, engine = _stage(max_new_tokens=4)
+    timeline = TimelineStage(TimelineConfig(header="", checkpoint_every_s=1000.0))
+    frames: list[Frame] = [
+        _ev("ocr", 0.0, "Agenda"),
+        _ev("asr", 1.0, "welcome everyone"),
+        TextFrame(stream_id="talk", t_media=2.0, text="topics?"),
+        _ev("ocr", 3.0, "Agenda Intro Results"),  # the same slide, built up
+        TextFrame(stream_id="talk", t_media=4.0, text="topics?"),
+    ]
+    sink = CollectSink()
+    pipe = Pipeline("lm-versioned")
+    pipe.link(ListSource(frames), timeline)
+    pipe.link(timeline, stage)
+    pipe.link(stage, sink)
+    asyncio.run(asyncio.wait_for(pipe.run(), 60))
+
+    assert [a["prompt"] for a in sink.of_type("lm")] == ["topics?", "topics?"]
+    ctx = CharTokenizer().decode(engine.closed["talk"])
+    # The revised reading took the first one's place (and timestamp), before the speech;
+    # the earlier reading is gone rather than left in the context next to it.
+    assert ctx.count("SLIDE:") == 1
+    assert ctx.index("[0.0s] SLIDE: Agenda Intro Results") < ctx.index("SPEECH: welcome")
+    assert engine.stats.invalidations == 1  # the KV from the slide on was recomputed once
