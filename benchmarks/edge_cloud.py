@@ -204,6 +204,21 @@ def jpeg_bytes(image: np.ndarray, quality: int) -> tuple[int, np.ndarray]:
     return len(buf), np.ascontiguousarray(back)
 
 
+def jpeg_rows(
+    engine: RapidOcrEngine, keys: list[KeyFrame], refs: list[str], label: str
+) -> list[tuple[str, int, float]]:
+    """(label, bytes, CER) of the key frames sent as JPEG at quality 40 and 75."""
+    rows = []
+    for q in (40, 75):
+        size, hyps = 0, []
+        for k in keys:
+            n, back = jpeg_bytes(k.image, q)
+            size += n
+            hyps.append(read(engine, back))
+        rows.append((label.format(q=q), size, mean_cer(refs, hyps)))
+    return rows
+
+
 def camera_clip(src: Path, dst: Path, seconds: float) -> Path:
     """The first `seconds` of `src` as if a camera filmed the screen: a fixed perspective
     (screen seen from the lower left, 8% keystone), a slow hand-held shake (+-2 px), a lighting
@@ -387,13 +402,7 @@ def rate_accuracy(
         rows.append((name, size, mean_cer(refs, [read(engine, i) for i in images])))
     ours, ours_cer = rows[0][1], rows[0][2]
     fine_bytes, fine_cer = rows[1][1], rows[1][2]
-    for q in (40, 75):
-        size, hyps = 0, []
-        for k in keys:
-            n, back = jpeg_bytes(k.image, q)
-            size += n
-            hyps.append(read(engine, back))
-        rows.append((f"jpeg_q{q}", size, mean_cer(refs, hyps)))
+    rows += jpeg_rows(engine, keys, refs, "jpeg_q{q}")
     ok, ok_fine = [], []
     for crf in crfs:
         size, frames = h264_point(clip, crf, {k.index for k in keys})
@@ -744,13 +753,7 @@ def main() -> None:
         rows.append(
             ("ours: patch tokens (packed 1 bit, scaled)", ours_bytes, mean_cer(refs, ours_hyps))
         )
-        for q in (40, 75):
-            size, hyps = 0, []
-            for k in keys:
-                n, back = jpeg_bytes(k.image, q)
-                size += n
-                hyps.append(read(engine, back))
-            rows.append((f"JPEG key frames q{q}", size, mean_cer(refs, hyps)))
+        rows += jpeg_rows(engine, keys, refs, "JPEG key frames q{q}")
         crfs = (28, 38, 46) if args.quick else (23, 28, 33, 38, 43, 48)
         indices = {k.index for k in keys}
         h264: list[tuple[int, int, float]] = []
