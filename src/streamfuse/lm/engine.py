@@ -47,11 +47,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def _fed_already(seq: Sequence) -> bool:
-    """A context feed (no tokens to generate) with nothing left to prefill."""
-    return seq.req.max_new_tokens == 0 and not seq.pending and seq.last_token is None
-
-
 class LMEngine:
     """Continuous-batching greedy generation over a `GemmaModel` and a `KVPool`."""
 
@@ -248,7 +243,7 @@ class LMEngine:
         with self._step_lock:
             with self._lock:
                 work = self.scheduler.schedule()
-                for seq in [q for q in self.scheduler.running if _fed_already(q)]:
+                for seq in self.scheduler.take_fed():
                     # A feed whose context was cached whole (the same windows sent again):
                     # nothing to prefill, so no forward would ever finish it.
                     self.scheduler.remove(seq)

@@ -72,6 +72,9 @@ class Scheduler:
         self.stats = stats or EngineStats()
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
+        #: Context feeds admitted with nothing to prefill (their windows were cached whole):
+        #: no forward will finish them, so the engine does at once (`take_fed`).
+        self._fed: list[Sequence] = []
         self._sink = config.truncation.sink_tokens
         self._window = config.window_tokens
         #: Attention each cached position received (the 'heavy_hitter' policy's statistic).
@@ -149,6 +152,13 @@ class Scheduler:
             self.waiting.remove(seq)
             self._start(seq, slot)
             self.running.append(seq)
+            if seq.req.max_new_tokens == 0 and not seq.pending:
+                self._fed.append(seq)
+
+    def take_fed(self) -> list[Sequence]:
+        """The feeds admitted since the last call that have nothing to prefill."""
+        fed, self._fed = self._fed, []
+        return fed
 
     def _take_slot(self) -> Slot | None:
         slot = self.pool.acquire()

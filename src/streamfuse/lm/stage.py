@@ -238,8 +238,7 @@ class LMStage(Stage):
             # Nothing to change: keep the cache as it is (no request for the engine).
             return
         st.windows[key] = ContextWindow(key, frame.version, ids)  # in place when revised
-        self._trim(st)
-        st.context_tokens = sum(len(w.ids) for w in st.windows.values())
+        st.context_tokens = self._trim(st)
         req = Request(
             prompt_ids=(),
             max_new_tokens=0,
@@ -250,22 +249,24 @@ class LMStage(Stage):
         self.engine.submit(req)
         st.new_since_ask = True
 
-    def _trim(self, st: _StreamState) -> None:
+    def _trim(self, st: _StreamState) -> int:
         """Keep the windows within the slot, less room for a question and its answer: drop
         the oldest after the first down to half of that. Everything after a dropped window
         moves, so it is recomputed: a half at once recomputes about one token per new one (a
-        quarter would cost three; a question waits for its session's recompute)."""
+        quarter would cost three; a question waits for its session's recompute). Returns the
+        context's tokens after trimming."""
         assert self.engine is not None
         room = self.engine.pool.max_tokens
         budget = max(room // 4, room - self.config.max_new_tokens - _QUESTION_ROOM)
         total = sum(len(w.ids) for w in st.windows.values())
         if total <= budget:
-            return
+            return total
         keys = list(st.windows)[1:-1]  # never the first (sinks) nor the newest
         for key in keys:
             if total <= budget // 2:
                 break
             total -= len(st.windows.pop(key).ids)
+        return total
 
     def _feed(self, stream_id: str, st: _StreamState, text: str, *, force: bool) -> None:
         assert self.engine is not None and self.tokenizer is not None
