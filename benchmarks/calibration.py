@@ -74,6 +74,14 @@ FIT_VOICES = [
     "en-gb+m7",
     "en-us+klatt",
     "en+f4",
+    "en-gb+grandpa",
+    "en-us+Andy",
+    "en-029+f5",
+    "en-us-nyc+m2",
+    "en-gb+Gene",
+    "en+Mr",
+    "en-us+f2",
+    "en-gb+klatt",
 ]
 NOISES = [("white", 20), ("pink", 12), ("brown", 8), ("babble", 15), ("white", 8), ("none", None)]
 STOPWORDS = frozenset(
@@ -170,6 +178,7 @@ class OcrSample:
     cer: float
     text: str
     truth: str
+    feats: dict[str, float]  # streamfuse.text.calibration.ocr_line_features
 
 
 @dataclass
@@ -180,6 +189,7 @@ class AsrSample:
     right: bool
     word: str
     t: float
+    feats: dict[str, float]  # streamfuse.text.calibration.asr_word_features
 
 
 # -- running the pipeline --------------------------------------------------------------------------
@@ -235,6 +245,52 @@ def _collapse(s: str) -> str:
     return " ".join(s.split())
 
 
+def line_features(rec: dict[str, Any], ln: dict[str, Any]) -> dict[str, float]:
+    """An `ocr` record's line's calibration features, as the OCR stage computes them."""
+    from streamfuse.text.calibration import ocr_line_features
+
+    return ocr_line_features(
+        ln["text"],
+        ln["box"],
+        _raw(ln, "conf"),
+        scale=float(rec["scale"]),
+        mean_conf=rec.get("mean_conf"),
+        n_lines=len(rec["lines"]),
+    )
+
+
+_TOKEN_COUNT: Any = None
+
+
+def token_count(word: str) -> int:
+    """Whisper's token count for `word` (the default model's tokenizer, as the ASR stage asks)."""
+    global _TOKEN_COUNT
+    if _TOKEN_COUNT is None:
+        from streamfuse.audio import AsrConfig
+        from streamfuse.audio.transcriber import WhisperTranscriber
+
+        _TOKEN_COUNT = WhisperTranscriber(AsrConfig()).token_count
+    return int(_TOKEN_COUNT(word))
+
+
+def word_features(records: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, float]]]:
+    """Every committed word of a run with its calibration features, as the ASR stage computes
+    them when it emits the word's event (the stream's latest raw p, this event's included)."""
+    from streamfuse.text.calibration import ASR_RECENT_WORDS, asr_core, asr_word_features
+
+    out = []
+    recent: list[float] = []
+    for rec in records:
+        if rec.get("type") != "asr":
+            continue
+        recent = (recent + [_raw(w, "p") for w in rec["words"]])[-ASR_RECENT_WORDS:]
+        for w in rec["words"]:
+            core = asr_core(w["word"])
+            tokens = token_count(core) if core else 2
+            out.append((w, asr_word_features(w["word"], _raw(w, "p"), recent, tokens)))
+    return out
+
+
 def ocr_samples(
     records: list[dict[str, Any]], truth: dict[str, Any], split: str, clip: str, variant: str
 ) -> list[OcrSample]:
@@ -260,6 +316,7 @@ def ocr_samples(
                     cer=cer(best, text, ignore_whitespace=True),
                     text=text,
                     truth=_collapse(best),
+                    feats=line_features(rec, ln),
                 )
             )
     return out
@@ -278,7 +335,8 @@ def asr_samples(
     from rapidfuzz.distance import Levenshtein
 
     ref = _norm_tokens(" ".join(u["text"] for u in truth["asr"]))
-    words = [w for rec in records if rec.get("type") == "asr" for w in rec["words"]]
+    featured = word_features(records)
+    words = [w for w, _ in featured]
     hyp: list[str] = []
     owner: list[int] = []
     for i, w in enumerate(words):
@@ -302,6 +360,7 @@ def asr_samples(
                 right=bool(hit[mine].all()),
                 word=" ".join(hyp[k] for k in mine),
                 t=float(w["t_start"]),
+                feats=featured[i][1],
             )
         )
     return out
@@ -506,24 +565,24 @@ def shared_terms(run: dict[str, Any], ocr_cal: Any, asr_cal: Any) -> list[dict[s
         on = [r for r in readings if slide["t_start"] <= r["t_start"] < slide["t_end"]]
         if not on:
             continue
-        best: tuple[float, str, float] | None = None
+        best: tuple[float, str, dict[str, Any]] | None = None
         for ln in on[-1]["lines"]:
-            conf = _raw(ln, "conf")
             for tok in _norm_tokens(ln["text"]):
                 sim = Levenshtein.normalized_similarity(tok, w.word)
                 if best is None or sim > best[0]:
-                    best = (sim, tok, conf)
+                    best = (sim, tok, ln)
         if best is None or best[0] < 0.75:
             continue
-        p_ocr = float(ocr_cal.apply([best[2]])[0])
+        ln = best[2]
+        p_ocr = predict(ocr_cal, [line_features(on[-1], ln)], [_raw(ln, "conf")])[0]
         out.append(
             {
                 "split": run["split"],
                 "clip": run["clip"],
                 "word": w.word,
                 "ocr_word": best[1],
-                "p_asr": float(asr_cal.apply([w.p])[0]),
-                "p_ocr": p_ocr if best[1] == w.word else 1.0 - p_ocr,
+                "p_asr": float(predict(asr_cal, [w.feats], [w.p])[0]),
+                "p_ocr": float(p_ocr if best[1] == w.word else 1.0 - p_ocr),
                 "right": w.right,
             }
         )
@@ -532,6 +591,20 @@ def shared_terms(run: dict[str, Any], ocr_cal: Any, asr_cal: Any) -> list[dict[s
 
 # -- scoring ---------------------------------------------------------------------------------------
 
+#: Ridge penalties the feature calibrators are tried with (picked by grouped cross-validation).
+L2_GRID = (1e-3, 1e-2, 1e-1)
+FOLDS = 5
+
+
+def predict(cal: Any, feats: list[dict[str, float]], p: Iterable[float]) -> np.ndarray:
+    """Calibrated probabilities: a `FeatureCalibrator` reads the features, a raw-score
+    `Calibrator` the raw scores."""
+    from streamfuse.text.calibration import FeatureCalibrator
+
+    if isinstance(cal, FeatureCalibrator):
+        return np.asarray(cal.apply(cal.matrix(feats)), float)
+    return np.asarray(cal.apply(np.asarray(list(p), float)), float)
+
 
 def _pairs(terms: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
     """(n, 2) probabilities (speech, screen) and the labels of shared terms."""
@@ -539,35 +612,184 @@ def _pairs(terms: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
     return p, np.array([t["right"] for t in terms], float)
 
 
-def _scores(p: Iterable[float], y: Iterable[bool]) -> dict[str, float]:
-    from streamfuse.text.calibration import brier, ece
+def _scores(p: Iterable[float], y: Iterable[bool]) -> dict[str, Any]:
+    """ECE, Brier, AUROC (ranking: a calibrator that gave everyone the mean accuracy would have
+    0.5) and the spread of the probabilities (sharpness: their standard deviation)."""
+    from streamfuse.text.calibration import auroc, brier, ece
 
     pa, ya = np.asarray(list(p), float), np.asarray(list(y), float)
-    return {"ece": round(ece(pa, ya), 4), "brier": round(brier(pa, ya), 4), "n": int(pa.size)}
+    a = auroc(pa, ya)
+    return {
+        "ece": round(ece(pa, ya), 4),
+        "brier": round(brier(pa, ya), 4),
+        "auroc": None if a is None else round(a, 4),
+        "sd": round(float(pa.std()), 4),
+        "n": int(pa.size),
+    }
+
+
+def fast_ece(p: np.ndarray, y: np.ndarray, n_bins: int = 10) -> float:
+    """`streamfuse.text.calibration.ece` without the per-bin records (for the bootstrap)."""
+    idx = np.clip(np.digitize(p, np.linspace(0, 1, n_bins + 1)[1:-1]), 0, n_bins - 1)
+    n = np.bincount(idx, minlength=n_bins)
+    gap = np.abs(np.bincount(idx, y, n_bins) - np.bincount(idx, p, n_bins))
+    return float(gap.sum() / max(n.sum(), 1))
+
+
+def bootstrap_ratio(
+    raw: np.ndarray, cal: np.ndarray, y: np.ndarray, groups: np.ndarray, reps: int, seed: int
+) -> dict[str, float]:
+    """95 % interval of ECE(calibrated) / ECE(raw) on held-out, resampling whole clips (a
+    clip's lines and words are not independent: one misread table row repeats under every
+    vision policy), and the share of resamples where the ratio is at most 0.5."""
+    rng = np.random.default_rng(seed)
+    names = np.unique(groups)
+    members = [np.flatnonzero(groups == g) for g in names]
+    ratios = []
+    for _ in range(reps):
+        idx = np.concatenate([members[k] for k in rng.integers(len(names), size=len(names))])
+        before = fast_ece(raw[idx], y[idx])
+        ratios.append(fast_ece(cal[idx], y[idx]) / max(before, 1e-9))
+    r = np.asarray(ratios)
+    return {
+        "lo": round(float(np.quantile(r, 0.025)), 3),
+        "hi": round(float(np.quantile(r, 0.975)), 3),
+        "p_le_half": round(float(np.mean(r <= 0.5)), 3),
+        "clips": len(names),
+        "reps": reps,
+    }
+
+
+#: Smaller feature sets also tried (a few dozen wrong lines cannot support ten weights).
+COMPACT = {
+    "ocr": ("logit_conf", "log_height_px", "width_per_char", "known_words"),
+    "asr": ("logit_p", "recent_mean_p", "tokens", "known"),
+}
+
+
+def candidates(names: list[str], compact: tuple[str, ...]) -> dict[str, Any]:
+    """name -> fit(p, x, y): the raw-score maps and the feature logistic regressions (all the
+    features, or the `compact` ones; x always holds all `names`)."""
+    from streamfuse.text.calibration import FITTERS, fit_logistic
+
+    out: dict[str, Any] = {m: (lambda p, x, y, f=f: f(p, y)) for m, f in FITTERS.items()}
+    cols = [names.index(f) for f in compact]
+    for l2 in L2_GRID:
+        out[f"logistic l2={l2:g}"] = lambda p, x, y, l2=l2: fit_logistic(x, y, names, l2=l2)
+        out[f"logistic-compact l2={l2:g}"] = lambda p, x, y, l2=l2: fit_logistic(
+            x[:, cols], y, compact, l2=l2
+        )
+    return out
+
+
+def grouped_cv(
+    p: np.ndarray,
+    x: np.ndarray,
+    y: np.ndarray,
+    groups: np.ndarray,
+    seed: int,
+    feature_names: list[str],
+    compact: tuple[str, ...],
+) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
+    """Each candidate's out-of-fold ECE and Brier on the fitting samples, folds made of whole
+    clips (so a candidate is judged on clips it did not see, as held-out will judge it)."""
+    from streamfuse.text.calibration import brier
+
+    names = np.unique(groups)
+    fold_of = dict(
+        zip(names, np.random.default_rng(seed).permutation(len(names)) % FOLDS, strict=True)
+    )
+    fold = np.array([fold_of[g] for g in groups])
+    scores = {}
+    fitters = candidates(feature_names, compact)
+    for name, fit in fitters.items():
+        pred = np.empty_like(p)
+        for k in range(FOLDS):
+            test = fold == k
+            if not test.any():
+                continue
+            model = fit(p[~test], x[~test], y[~test])
+            pred[test] = _apply(model, x[test], p[test], feature_names)
+        scores[name] = {"ece": round(fast_ece(pred, y), 4), "brier": round(brier(pred, y), 4)}
+    return scores, fitters
+
+
+def _apply(model: Any, x: np.ndarray, p: np.ndarray, names: list[str]) -> np.ndarray:
+    """`model` on samples: x's columns are the features `names`, p the raw scores."""
+    from streamfuse.text.calibration import FeatureCalibrator
+
+    if isinstance(model, FeatureCalibrator):
+        cols = [names.index(f) for f in model.features]
+        return np.asarray(model.apply(x[:, cols]), float)
+    return np.asarray(model.apply(p), float)
 
 
 def calibrate(
-    name: str, p_fit: np.ndarray, y_fit: np.ndarray, p_ev: np.ndarray, y_ev: np.ndarray, target: str
-) -> tuple[Any, dict[str, Any]]:
-    from streamfuse.text.calibration import FITTERS, fit_best
-
-    cal, cv = fit_best(p_fit, y_fit, target=target)
-    row: dict[str, Any] = {
-        "fit": {"n": int(p_fit.size), "positives": round(float(y_fit.mean()), 4)},
-        "heldout_positives": round(float(y_ev.mean()), 4),
-        "raw": _scores(p_ev, y_ev),
-        "cv_ece": {k: round(v, 4) for k, v in cv.items()},
-        "chosen": cal.method,
-        "after": _scores(cal.apply(p_ev), y_ev),
-    }
-    for m, fitter in FITTERS.items():  # every method on held-out, for the write-up
-        row[m] = _scores(fitter(p_fit, y_fit).apply(p_ev), y_ev)
-    print(
-        f"{name:4s} held-out n={row['raw']['n']:5d}  ECE raw {row['raw']['ece']:.4f} -> "
-        f"{cal.method} {row['after']['ece']:.4f}   Brier {row['raw']['brier']:.4f} -> "
-        f"{row['after']['brier']:.4f}   (fit n={p_fit.size})"
+    name: str,
+    samples: list[dict[str, Any]],
+    labels: np.ndarray,
+    feature_names: tuple[str, ...],
+    target: str,
+    seed: int,
+) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:
+    """Fit every candidate on the fit samples, pick the one with the lowest grouped-CV Brier,
+    score raw / chosen / every candidate on held-out. Returns the chosen calibrator, the
+    result row and the held-out arrays (raw, chosen, labels) for plots."""
+    names = list(feature_names)
+    score_field = "conf" if name == "ocr" else "p"
+    p = np.array([s[score_field] for s in samples], float)
+    x = np.array([[s["feats"][f] for f in feature_names] for s in samples], float)
+    fit = np.array([s["split"] == "fit" for s in samples])
+    groups = np.array([s["clip"] for s in samples])
+    y = labels.astype(float)
+    cv, fitters = grouped_cv(
+        p[fit], x[fit], y[fit], groups[fit], seed, list(feature_names), COMPACT[name]
     )
-    return cal, row
+    # Chosen by the cross-validated Brier score, a proper score: it rewards calibration and
+    # sharpness together (ECE alone is noisy across folds and blind to a constant predictor).
+    chosen = min(cv, key=lambda k: cv[k]["brier"])
+    cal = fitters[chosen](p[fit], x[fit], y[fit])
+    cal = cal.model_copy(update={"target": target})
+    ev = ~fit
+    after = _apply(cal, x[ev], p[ev], names)
+    row: dict[str, Any] = {
+        "fit": {
+            "n": int(fit.sum()),
+            "positives": round(float(y[fit].mean()), 4),
+            "clips": len(np.unique(groups[fit])),
+        },
+        "heldout": {
+            "n": int(ev.sum()),
+            "positives": round(float(y[ev].mean()), 4),
+            "clips": len(np.unique(groups[ev])),
+        },
+        "cv": cv,
+        "chosen": chosen,
+        "raw": _scores(p[ev], y[ev]),
+        "after": _scores(after, y[ev]),
+        "ratio_ci": bootstrap_ratio(p[ev], after, y[ev], groups[ev], 1000, seed),
+        "heldout_by_method": {},
+    }
+    for m, f in fitters.items():  # every candidate on held-out, for the write-up (not to choose)
+        row["heldout_by_method"][m] = _scores(
+            _apply(f(p[fit], x[fit], y[fit]), x[ev], p[ev], names), y[ev]
+        )
+    if hasattr(cal, "coef"):
+        row["coef"] = dict(zip(cal.features, [round(c, 3) for c in cal.coef], strict=True))
+    print(
+        f"{name:4s} held-out n={row['raw']['n']:5d} ({row['heldout']['clips']} clips)  "
+        f"ECE raw {row['raw']['ece']:.4f} -> {chosen} {row['after']['ece']:.4f} "
+        f"[ratio 95% CI {row['ratio_ci']['lo']:.2f}-{row['ratio_ci']['hi']:.2f}]  "
+        f"Brier {row['raw']['brier']:.4f} -> {row['after']['brier']:.4f}  "
+        f"AUROC {row['raw']['auroc']} -> {row['after']['auroc']}  (fit n={int(fit.sum())})"
+    )
+    arrays = {
+        "raw": p[ev],
+        "after": after,
+        "y": y[ev],
+        "platt": _apply(fitters["platt"](p[fit], x[fit], y[fit]), x[ev], p[ev], names),
+    }
+    return cal, row, arrays
 
 
 def plot(path: Path, title: str, curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
@@ -604,32 +826,25 @@ def plot(path: Path, title: str, curves: dict[str, tuple[np.ndarray, np.ndarray]
 
 
 def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    from streamfuse.text.calibration import fit_joint
+    from streamfuse.text.calibration import ASR_FEATURES, OCR_FEATURES, fit_joint
 
     result: dict[str, Any] = {}
-    o = data["ocr"]
-    ocr_y = np.array([s["cer"] <= args.line_cer for s in o])
-    ocr_p = np.array([s["conf"] for s in o])
-    ocr_fit = np.array([s["split"] == "fit" for s in o])
-    a = data["asr"]
-    asr_y = np.array([s["right"] for s in a])
-    asr_p = np.array([s["p"] for s in a])
-    asr_fit = np.array([s["split"] == "fit" for s in a])
-    ocr_cal, result["ocr"] = calibrate(
+    o, a = data["ocr"], data["asr"]
+    ocr_cal, result["ocr"], ocr_arr = calibrate(
         "ocr",
-        ocr_p[ocr_fit],
-        ocr_y[ocr_fit],
-        ocr_p[~ocr_fit],
-        ocr_y[~ocr_fit],
+        o,
+        np.array([s["cer"] <= args.line_cer for s in o]),
+        OCR_FEATURES,
         "the OCR line is read exactly (spaces ignored)",
+        args.seed,
     )
-    asr_cal, result["asr"] = calibrate(
+    asr_cal, result["asr"], asr_arr = calibrate(
         "asr",
-        asr_p[asr_fit],
-        asr_y[asr_fit],
-        asr_p[~asr_fit],
-        asr_y[~asr_fit],
+        a,
+        np.array([s["right"] for s in a]),
+        ASR_FEATURES,
         "the ASR word is right (Whisper-normalized alignment to the truth)",
+        args.seed,
     )
     terms = [t for run in data["shared_runs"] for t in shared_terms(run, ocr_cal, asr_cal)]
     fit_t = [t for t in terms if t["split"] == "fit"]
@@ -667,18 +882,20 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
             (ASSET_DIR / f"{name}.json").write_text(text)
     if args.plots:
         args.plots.mkdir(parents=True, exist_ok=True)
-        pe, ye = ocr_p[~ocr_fit], ocr_y[~ocr_fit]
-        plot(
-            args.plots / "ocr.png",
-            f"OCR lines, held-out (n={pe.size})",
-            {"raw conf": (pe, ye), f"calibrated ({ocr_cal.method})": (ocr_cal.apply(pe), ye)},
-        )
-        pe, ye = asr_p[~asr_fit], asr_y[~asr_fit]
-        plot(
-            args.plots / "asr.png",
-            f"ASR words, held-out (n={pe.size})",
-            {"raw p": (pe, ye), f"calibrated ({asr_cal.method})": (asr_cal.apply(pe), ye)},
-        )
+        for kind, arr, what, title in (
+            ("ocr", ocr_arr, "conf", "OCR lines"),
+            ("asr", asr_arr, "p", "ASR words"),
+        ):
+            chosen = result[kind]["chosen"]
+            plot(
+                args.plots / f"{kind}.png",
+                f"{title}, held-out (n={arr['y'].size})",
+                {
+                    f"raw {what}": (arr["raw"], arr["y"]),
+                    "Platt on raw": (arr["platt"], arr["y"]),
+                    f"shipped ({chosen})": (arr["after"], arr["y"]),
+                },
+            )
         if p_joint is not None:
             plot(
                 args.plots / "shared.png",
@@ -690,14 +907,23 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
                 },
             )
         (args.plots / "results.json").write_text(json.dumps(result, indent=1) + "\n")
-    result["summary"] = {
-        "ece_ocr_before": result["ocr"]["raw"]["ece"],
-        "ece_ocr_after": result["ocr"]["after"]["ece"],
-        "ece_asr_before": result["asr"]["raw"]["ece"],
-        "ece_asr_after": result["asr"]["after"]["ece"],
-        "ece_joint_shared": result["shared"]["joint"]["ece"] if best else None,
-        "ece_best_single_shared": result["shared"][best]["ece"] if best else None,
-    }
+    summary: dict[str, Any] = {}
+    for m in ("ocr", "asr"):
+        r = result[m]
+        summary |= {
+            f"ece_{m}_before": r["raw"]["ece"],
+            f"ece_{m}_after": r["after"]["ece"],
+            f"n_{m}_heldout": r["raw"]["n"],
+            f"brier_{m}_before": r["raw"]["brier"],
+            f"brier_{m}_after": r["after"]["brier"],
+            f"auroc_{m}_before": r["raw"]["auroc"],
+            f"auroc_{m}_after": r["after"]["auroc"],
+            f"ece_{m}_ratio_ci95": [r["ratio_ci"]["lo"], r["ratio_ci"]["hi"]],
+        }
+    summary["ece_joint_shared"] = result["shared"]["joint"]["ece"] if best else None
+    summary["ece_best_single_shared"] = result["shared"][best]["ece"] if best else None
+    summary["n_shared_heldout"] = len(ev_t)
+    result["summary"] = summary
     return result
 
 
@@ -734,7 +960,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cache is not None:
         args.cache.mkdir(parents=True, exist_ok=True)
         CACHE = args.cache
-    key = f"samples2-{args.variants}-{args.seeds}-{args.fit_clips}-{args.seed}.json"
+    key = f"samples3-{args.variants}-{args.seeds}-{args.fit_clips}-{args.seed}.json"
     if CACHE is not None and (CACHE / key).exists():
         data = json.loads((CACHE / key).read_text())
     else:
