@@ -19,12 +19,17 @@ Labelled runs (every clip through `streamfuse.app.build_pipeline`, offline, defa
   word the same, 1 - conf when it spells it differently; the joint is the entropy-weighted pool
   of both (`streamfuse.text.calibration.fit_joint`, fitted on dev terms).
 
-Raw scores are `conf_raw` / `p_raw` (what the recognizers give); calibrators are fitted on dev
-samples only (method picked by 5-fold CV ECE), then ECE (10 bins), Brier and reliability bins are
-reported on held-out samples. `--write-assets` stores the calibrators in the package,
-`--plots DIR` draws reliability diagrams (matplotlib). Last line: one JSON object.
+Raw scores are `conf_raw` / `p_raw` (what the recognizers give); every sample also carries the
+features the stages compute when they emit (`ocr_line_features` / `asr_word_features`, rebuilt
+here from the records). Candidates - temperature, Platt, isotonic on the raw score; ridge
+logistic regressions on all features or a compact set, three penalties each - are scored by
+5-fold cross-validation on the fit samples with whole clips per fold, and the one with the
+lowest cross-validated Brier score is shipped. Held-out samples never choose anything: on them
+ECE (10 bins), Brier, AUROC, the spread of the probabilities and a clip-bootstrap 95 % interval
+of ECE(calibrated) / ECE(raw) are reported. `--write-assets` stores the calibrators in the
+package, `--plots DIR` draws reliability diagrams (matplotlib). Last line: one JSON object.
 
-    python benchmarks/calibration.py [--quick] [--write-assets] [--plots docs/calibration]
+    python benchmarks/calibration.py [--quick] [--cache DIR] [--write-assets] [--plots DIR]
 """
 
 from __future__ import annotations
@@ -398,7 +403,7 @@ def slide_video(
     from the faces the OCR set keeps for its held-out split), each slide degraded its own way
     (drawn small, at a lower resolution scaled back up, blurred, grainy: the fit needs
     misreadings), 2 s each; returns each slide's span."""
-    from PIL import Image, ImageDraw, ImageFilter
+    from PIL import Image, ImageDraw
 
     from make_demo_clip import TextBlock, _draw_block
     from make_ocr_hard_set import encode_stills
@@ -410,25 +415,87 @@ def slide_video(
     images = []
     for slide in truth["ocr"]:
         size = int(rng.choice([14, 17, 20, 24, 30]))
-        scale = float(rng.choice([0.4, 0.5, 0.7, 1.0]))
         img = Image.new("RGB", (1280, 720), bg)
         draw = ImageDraw.Draw(img)
         title, *body = slide["lines"]
         _draw_block(draw, TextBlock((title,), title_font, size + 14, ink, 80, 70))
         _draw_block(draw, TextBlock(tuple(body), font, size, ink, 100, 200))
-        if scale < 1.0:
-            small = img.resize((round(1280 * scale), round(720 * scale)), Image.BILINEAR)
-            img = small.resize((1280, 720), Image.BILINEAR)
-        blur = float(rng.choice([0.0, 0.7, 1.2]))
-        if blur:
-            img = img.filter(ImageFilter.GaussianBlur(blur))
-        grain = float(rng.choice([0.0, 8.0, 16.0]))
-        if grain:
-            px = np.asarray(img, np.float32) + rng.normal(0.0, grain, (720, 1280, 1))
-            img = Image.fromarray(np.clip(px, 0, 255).astype(np.uint8))
-        images.append(img)
+        images.append(degrade(img, rng))
     encode_stills(path, images, 2.0, 30)
     return [(2.0 * i, 2.0 * (i + 1)) for i in range(len(images))]
+
+
+def degrade(img: Any, rng: np.random.Generator) -> Any:
+    """Drawn at a lower resolution scaled back up, blurred, grainy, or none of these (the fit
+    needs misreadings); every draw from `rng`."""
+    from PIL import Image, ImageFilter
+
+    scale = float(rng.choice([0.4, 0.5, 0.7, 1.0]))
+    if scale < 1.0:
+        small = img.resize((round(1280 * scale), round(720 * scale)), Image.BILINEAR)
+        img = small.resize((1280, 720), Image.BILINEAR)
+    blur = float(rng.choice([0.0, 0.7, 1.2]))
+    if blur:
+        img = img.filter(ImageFilter.GaussianBlur(blur))
+    grain = float(rng.choice([0.0, 8.0, 16.0]))
+    if grain:
+        px = np.asarray(img, np.float32) + rng.normal(0.0, grain, (720, 1280, 1))
+        img = Image.fromarray(np.clip(px, 0, 255).astype(np.uint8))
+    return img
+
+
+def redrawn_dev_clip(seed: int, path: Path) -> dict[str, Any]:
+    """Three slides of the OCR set's `dev` split (tables, code, photos with captions, columns,
+    small print) drawn again in other fitting faces (never a held-out face), a little smaller,
+    degraded as `degrade` does, 2 s each; returns the clip's truth. Fit data with the dev
+    layouts' variety: the dev clips themselves are read without a single error."""
+    from make_demo_clip import AssetBuildError, TextBlock
+    from make_ocr_hard_set import Photo, Table, dev_slides, encode_stills, render
+
+    rng = np.random.default_rng(seed)
+    faces = sorted({f for pair in SLIDE_FONTS for f in pair if "mono" not in f})
+    monos = sorted({f for pair in SLIDE_FONTS for f in pair if "mono" in f})
+    slides = dev_slides()
+    images, truth = [], []
+    for i, k in enumerate(rng.choice(len(slides), 3, replace=False)):
+        slide = slides[int(k)]
+        shrink = float(rng.choice([0.75, 0.85, 1.0]))
+        items = []
+        for it in slide.items:
+            pool = monos if "mono" in getattr(it, "font", "") else faces
+            face = pool[int(rng.integers(len(pool)))]
+            size = max(11, round(it.size_px * shrink))
+            if isinstance(it, Table):
+                it = dataclasses.replace(it, font=face, header_font=face, size_px=size)
+            elif isinstance(it, (TextBlock, Photo)):
+                it = dataclasses.replace(it, font=face, size_px=size)
+            items.append(it)
+        try:
+            img = render(dataclasses.replace(slide, items=tuple(items)))
+            lines = dataclasses.replace(slide, items=tuple(items)).truth_lines()
+        except AssetBuildError:  # a caption no longer fits its photo in this face
+            img, lines = render(slide), slide.truth_lines()
+        images.append(degrade(img, rng))
+        truth.append({"t_start": 2.0 * i, "t_end": 2.0 * (i + 1), "lines": lines})
+    encode_stills(path, images, 2.0, 30)
+    return {"ocr": truth}
+
+
+def collect_redraws(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
+    """OCR samples (fit) of `args.dev_redraws` redrawn dev clips, each under one vision policy."""
+    variants = args.variants.split(",")
+    out: list[OcrSample] = []
+    for k in range(args.dev_redraws):
+        seed = args.seed + 7000 + k
+        video = workdir / f"redraw-{seed}.mp4"
+        truth = redrawn_dev_clip(seed, video)
+        variant = variants[k % len(variants)]
+        recs = run_clip(
+            video, ocr=True, asr=False, vision=VARIANTS[variant], key=f"redraw-{seed}-{variant}"
+        )
+        out += ocr_samples(recs, truth, "fit", f"redraw-{seed}", variant)
+        log.info("redrawn dev clip %d: %d lines", k, len(recs))
+    return [asdict(s) for s in out]
 
 
 # -- collection -----------------------------------------------------------------------------------
@@ -724,6 +791,14 @@ def _apply(model: Any, x: np.ndarray, p: np.ndarray, names: list[str]) -> np.nda
     return np.asarray(model.apply(p), float)
 
 
+def _source(clip: str) -> str:
+    if clip.startswith("slides-"):
+        return "slides drawn again"
+    if clip.startswith("human-"):
+        return "human reader"
+    return "OCR set" if clip.split("_")[0] in ("dev", "heldout", "fresh") else "generated speech"
+
+
 def calibrate(
     name: str,
     samples: list[dict[str, Any]],
@@ -769,6 +844,16 @@ def calibrate(
         "after": _scores(after, y[ev]),
         "ratio_ci": bootstrap_ratio(p[ev], after, y[ev], groups[ev], 1000, seed),
         "heldout_by_method": {},
+    }
+    # Where the held-out samples come from: the OCR set's clips vs the speech set's slides
+    # drawn again; generated voices vs the human reader.
+    source = np.array([_source(g) for g in groups[ev]])
+    row["heldout_by_source"] = {
+        src: {
+            "raw": _scores(p[ev][source == src], y[ev][source == src]),
+            "after": _scores(after[source == src], y[ev][source == src]),
+        }
+        for src in sorted(set(source))
     }
     for m, f in fitters.items():  # every candidate on held-out, for the write-up (not to choose)
         row["heldout_by_method"][m] = _scores(
@@ -927,6 +1012,37 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def write_words() -> Path:
+    """The common-word list the features use: every lower-case ASCII word of 4+ letters that
+    the default Whisper model's BPE vocabulary holds as one word-initial token ("Ġword")."""
+    import gzip
+
+    from streamfuse.audio import AsrConfig
+    from streamfuse.audio.models import resolve_whisper_model
+
+    vocab = (resolve_whisper_model(AsrConfig().model) / "vocabulary.txt").read_text("utf-8")
+    words = sorted(
+        {
+            t[1:]
+            for t in vocab.splitlines()
+            if t.startswith("\u0120")
+            and t[1:].isascii()
+            and t[1:].isalpha()
+            and t[1:].islower()
+            and len(t) >= 5
+        }
+    )
+    head = (
+        "# Lower-case words of 4+ letters that Whisper's byte-level BPE vocabulary (OpenAI "
+        "Whisper, MIT; the GPT-2 vocabulary) holds as one word-initial token: a list of common "
+        "English words for calibration features. Written by benchmarks/calibration.py "
+        "--write-words.\n"
+    )
+    path = ASSET_DIR / "words.txt.gz"
+    path.write_bytes(gzip.compress((head + "\n".join(words) + "\n").encode(), 9, mtime=0))
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -937,18 +1053,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seeds", type=int, help="extra seeds of the synthetic speech clips")
     parser.add_argument("--fit-clips", type=int, help="extra speech clips to fit on")
+    parser.add_argument(
+        "--dev-redraws", type=int, help="OCR dev slides drawn again in other faces (fit clips)"
+    )
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--line-cer", type=float, default=0.0, help="CER a right line may have")
     parser.add_argument("--cache", type=Path, help="keep (and reuse) each run's records here")
     parser.add_argument("--write-assets", action="store_true", help="ship the fitted calibrators")
     parser.add_argument("--plots", type=Path, help="write reliability diagrams (PNG) here")
+    parser.add_argument(
+        "--write-words", action="store_true", help="write the common-word list and stop"
+    )
     args = parser.parse_args(argv)
+    if args.write_words:
+        print(write_words())
+        return 0
     if args.variants is None:
         args.variants = "dynamic,fixed320" if args.quick else ",".join(VARIANTS)
     if args.seeds is None:
-        args.seeds = 0 if args.quick else 4
+        args.seeds = 0 if args.quick else 8
     if args.fit_clips is None:
-        args.fit_clips = 2 if args.quick else 16
+        args.fit_clips = 2 if args.quick else 32
+    if args.dev_redraws is None:
+        args.dev_redraws = 0 if args.quick else 16
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
     for noisy in ("RapidOCR", "onnxruntime", "streamfuse", "faster_whisper"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
@@ -968,6 +1095,8 @@ def main(argv: list[str] | None = None) -> int:
             data = collect(args, Path(tmp))
         if CACHE is not None:
             (CACHE / key).write_text(json.dumps(data))
+    with tempfile.TemporaryDirectory() as tmp:
+        data["ocr"] += collect_redraws(args, Path(tmp))
     result = analyse(data, args)
     s = result["summary"]
     for m in ("ocr", "asr"):
