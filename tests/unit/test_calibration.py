@@ -5,6 +5,11 @@ calibrators, and the OCR / ASR stages publishing calibrated `conf` / `p` beside 
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
 import numpy as np
 import pytest
 
@@ -280,3 +285,56 @@ def test_ocr_line_payload_is_calibrated_when_a_calibrator_is_given() -> None:
     )
     assert got.conf_raw == 0.951 and got.conf == want
     assert ln.to_payload().conf == 0.951 and ln.to_payload().conf_raw is None
+
+
+def _benchmark() -> ModuleType:
+    """benchmarks/calibration.py, which fits the shipped calibrators from recorded runs."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "calibration.py"
+    spec = importlib.util.spec_from_file_location("bench_calibration", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being made
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_benchmark_recomputes_from_records_what_the_asr_stage_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The calibrator is fitted on features rebuilt from event records: they must be the ones
+    the stage computed live, or the shipped weights would be applied to other numbers."""
+    from streamfuse.audio.policy import Word
+
+    bench = _benchmark()
+    monkeypatch.setattr(bench, "_TOKEN_COUNT", lambda word: 2)  # the stage's stand-in count
+    stage = AsrStage(AsrConfig())
+    rng = np.random.default_rng(0)
+    texts = ["control", "-runs", "clavter", "plane,", "it's", "42", "Hermitian", "the"]
+    records, t = [], 0.0
+    for n in (3, 1, 5, 2, 9, 4, 12):
+        words = []
+        for _ in range(n):
+            text = texts[int(rng.integers(len(texts)))]
+            words.append(Word(" " + text, t, t + 0.3, float(rng.uniform(0.02, 0.99))))
+            t += 0.3
+        records.append({"type": "asr", **stage._asr_event(words).payload.fields()})
+    featured = bench.word_features(records)
+    assert len(featured) == 36
+    cal = shipped("asr")
+    assert [w["p"] for w, _ in featured] == [cal(f) for _, f in featured]
+    assert len({w["p"] for w, _ in featured}) > 20  # the check is not vacuous
+
+
+def test_the_benchmark_recomputes_from_records_what_an_ocr_line_used() -> None:
+    from streamfuse.vision.ocr import OcrLine as EngineLine
+
+    bench = _benchmark()
+    cal = shipped("ocr")
+    lines = [
+        EngineLine("Model | Params | Latency", (88.4, 150.2, 997.0, 213.0), 0.9996),
+        EngineLine("Lower is etter.", (90.0, 640.6, 402.2, 662.0), 0.984),
+    ]
+    payload = [ln.to_payload(cal, scale=0.6667, mean_conf=0.992, n_lines=2) for ln in lines]
+    record = {"scale": 0.6667, "mean_conf": 0.992, "lines": [p.model_dump() for p in payload]}
+    for ln in record["lines"]:
+        assert ln["conf"] == cal(bench.line_features(record, ln))
