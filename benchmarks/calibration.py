@@ -39,7 +39,6 @@ import asyncio
 import dataclasses
 import json
 import logging
-import platform
 import sys
 import tempfile
 import time
@@ -1104,9 +1103,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
     for noisy in ("RapidOCR", "onnxruntime", "streamfuse", "faster_whisper"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
-    import os
+    from streamfuse.testing.machine import cpu_description
 
-    print(f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} logical cores)")
+    print(f"CPU: {cpu_description()}")
     t0 = time.perf_counter()
     global CACHE
     if args.cache is not None:
