@@ -818,6 +818,7 @@ def calibrate(
     feature_names: tuple[str, ...],
     target: str,
     seed: int,
+    method: str | None = None,
 ) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:
     """Fit every candidate on the fit samples, pick the one with the lowest grouped-CV Brier,
     score raw / chosen / every candidate on held-out. Returns the chosen calibrator, the
@@ -835,6 +836,10 @@ def calibrate(
     # Chosen by the cross-validated Brier score, a proper score: it rewards calibration and
     # sharpness together (ECE alone is noisy across folds and blind to a constant predictor).
     chosen = min(cv, key=lambda k: cv[k]["brier"])
+    if method is not None:  # a decision made outside this run (--ocr-method, --asr-method)
+        if method not in cv:
+            raise SystemExit(f"--{name}-method {method!r}: not one of {', '.join(cv)}")
+        chosen = method
     cal = fitters[chosen](p[fit], x[fit], y[fit])
     cal = cal.model_copy(update={"target": target})
     ev = ~fit
@@ -852,6 +857,7 @@ def calibrate(
         },
         "cv": cv,
         "chosen": chosen,
+        "chosen_by": "cross-validated Brier" if method is None else "--method option",
         "raw": _scores(p[ev], y[ev]),
         "after": _scores(after, y[ev]),
         "ratio_ci": bootstrap_ratio(p[ev], after, y[ev], groups[ev], 1000, seed),
@@ -944,6 +950,7 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         OCR_FEATURES,
         "the OCR line is read exactly (spaces ignored)",
         args.seed,
+        args.ocr_method,
     )
     asr_cal, result["asr"], asr_arr = calibrate(
         "asr",
@@ -952,6 +959,7 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         ASR_FEATURES,
         "the ASR word is right (Whisper-normalized alignment to the truth)",
         args.seed,
+        args.asr_method,
     )
     terms = [t for run in data["shared_runs"] for t in shared_terms(run, ocr_cal, asr_cal)]
     fit_t = [t for t in terms if t["split"] == "fit"]
@@ -1085,6 +1093,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cache", type=Path, help="keep (and reuse) each run's records here")
     parser.add_argument("--write-assets", action="store_true", help="ship the fitted calibrators")
     parser.add_argument("--plots", type=Path, help="write reliability diagrams (PNG) here")
+    for kind in ("ocr", "asr"):
+        parser.add_argument(
+            f"--{kind}-method",
+            help=f"ship this {kind.upper()} candidate (e.g. isotonic), not the lowest CV Brier",
+        )
     parser.add_argument(
         "--write-words", action="store_true", help="write the common-word list and stop"
     )
