@@ -553,7 +553,7 @@ class MediaSource(Source):
                             # same recording (only while no frame has been made).
                             first = n_video == 0 and self.reconnects == 0
                             if first and abs((decoded.time or 0.0) - self._origin_s) < 1e-3:
-                                self._origin_s += decoded.samples / decoded.sample_rate
+                                self._origin_s += decoded.samples / decoded.sample_rate  # > 0
                             continue
                         if audio_t0 is None:
                             audio_t0 = max(0.0, self._media_t(decoded.time or self._origin_s))
@@ -822,6 +822,7 @@ class _Priming:
         return (
             frame.time is not None
             and self._first_t is not None
+            and frame.sample_rate > 0
             and abs(frame.time - self._first_t) < 0.5 / frame.sample_rate
         )
 
