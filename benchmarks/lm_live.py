@@ -1,0 +1,496 @@
+"""Answer time-to-first-token in the live LM stage over a long generated lecture (issue 11).
+
+A generated lecture (slides built up in two readings, speech at ~150 words/min, facts a 270M
+base model can be asked about) goes through the real timeline stage and the real `LMStage` +
+`LMEngine` of each configuration, on a simulated media clock as fast as the CPU allows: idle
+media time is skipped, but a question (several per media minute, at seeded random seconds)
+arrives at its true offset into whatever work the preceding lines caused, so it waits for a
+recompute exactly as it would live. Configurations, interleaved minute by minute in one run so
+load drift hits them alike:
+
+- `shipped`: the live default (versioned windows, 2,048-token slot, oldest windows dropped to
+  half the slot when it fills);
+- `nodrop`: versioned windows in a slot as large as the model's context (32,768), so nothing
+  is ever dropped and the context grows with the lecture;
+- `append`: the appended path (`semantic_windows`), 2,048-token slot, StreamingLLM sink +
+  window truncation by the scheduler when it fills (KV moved, nothing recomputed).
+
+Per configuration: TTFT p50/p95 per bucket of media minutes, p95 of the last 5 minutes over
+the first minute's, context tokens, recomputed tokens, and QA accuracy (the known answer in the
+first line of the answer) by the age of the fact asked about, so that speed bought by
+forgetting shows. Timings are wall-clock on a possibly shared machine: read ratios within one
+run. The last line is one JSON object.
+
+    python benchmarks/lm_live.py [--quick] [--minutes 30] [--configs shipped,nodrop,append]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from itertools import product
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+log = logging.getLogger("bench.lm_live")
+
+# -- the generated lecture ---------------------------------------------------------------------
+TOPICS = [
+    "Video decoding", "Audio capture", "Change detection", "Text recognition",
+    "Speech recognition", "Timeline fusion", "Prefill cost", "Cache slots", "Speculative drafts",
+    "Token dropping", "Bandwidth probing", "Edge and cloud", "Energy budgets", "Fair scheduling",
+    "Backpressure", "Tracing", "Confidence calibration", "Subtitle output", "Live dashboards",
+    "Cluster placement", "Frame pacing", "Noise robustness", "Slide layout", "Answer streaming",
+    "Model loading", "Quantized weights", "Packet loss", "Resolution control", "Load shedding",
+    "Failure recovery", "Clock drift", "Key frames", "Priority queues", "Memory budgets",
+]  # fmt: skip
+# Subject words (no trailing "s": the QA rule takes the first lower-case "-s" word as the verb).
+ADJECTIVES = [
+    "audio", "video", "frame", "slide", "speech", "token", "cache", "network", "energy",
+    "timeline", "cluster", "model", "packet", "window", "subtitle", "camera", "answer", "prefill",
+]  # fmt: skip
+NOUNS = [
+    "decoder", "encoder", "buffer", "scheduler", "tracker", "planner", "monitor", "router",
+    "filter", "sampler", "controller", "estimator", "queue", "pool", "gate", "mixer", "splitter",
+    "counter", "reader", "writer",
+]  # fmt: skip
+VERBS = [
+    "buffers", "drops", "merges", "tracks", "sends", "checks", "sorts", "caches", "splits",
+    "counts", "rotates", "compresses", "predicts", "measures", "batches", "flushes", "retries",
+    "labels",
+]  # fmt: skip
+OBJECTS = [
+    "the key frames", "the partial words", "the oldest packets", "the slide titles",
+    "the spoken numbers", "the late tokens", "the noisy segments", "the new requests",
+    "the idle sessions", "the short answers", "the timing marks", "the error reports",
+]  # fmt: skip
+MODIFIERS = [
+    "every forty milliseconds", "before the next slide appears", "once per second",
+    "when the queue fills up", "after each sentence", "at the end of every minute",
+    "while the speaker pauses", "for every stream", "in small groups", "on a second thread",
+]  # fmt: skip
+MEASURES = [
+    ("mean delay", "ms"), ("peak memory", "MB"), ("queue depth", ""), ("error rate", "%"),
+    ("frame budget", "ms"), ("hit rate", "%"), ("warm up time", "s"), ("batch size", ""),
+]  # fmt: skip
+FILLERS = [
+    "So let us look at how this works in practice.",
+    "Now think about what happens when the stream gets busy.",
+    "We will come back to this point in a few minutes.",
+    "This is where most of the latency comes from.",
+    "Here the numbers on the slide matter more than the words.",
+    "If you remember one thing from this part, remember the order of the steps.",
+    "Otherwise the whole pipeline would wait for the slowest stage.",
+    "In practice we measure it on the machine that runs the stream.",
+    "When the load goes up, everything here has to degrade gracefully.",
+    "That is the trade off we keep making in this course.",
+]
+STREAM = "lecture"
+WORDS_PER_S = 2.5  # about 150 words per minute
+PAUSE_S = 0.6
+
+
+def lecture(minutes: float, seed: int = 0) -> dict[str, Any]:
+    """A lecture's truth in the generated clips' format (`duration_s`, `ocr` slides with their
+    `lines`, `asr` sentences with times): a slide every 60-100 s, shown first with its title
+    and one line and ~12 s later complete (a build-up the timeline reads as a revision), and
+    speech throughout, one fact sentence ("The audio decoder buffers the key frames ...") in
+    two. Every fact, slide key and title is unique, so each question has one answer."""
+    rng = random.Random(seed)
+    subjects = [f"{a} {n}" for a, n in product(ADJECTIVES, NOUNS)]
+    rests = [f"{v} {o} {m}" for v, o, m in product(VERBS, OBJECTS, MODIFIERS)]
+    keys = [(f"{a} {m}", u) for a, (m, u) in product(ADJECTIVES, MEASURES)]
+    for pool in (subjects, rests, keys):
+        rng.shuffle(pool)
+    duration = 60.0 * minutes
+    ocr: list[dict[str, Any]] = []
+    asr: list[dict[str, Any]] = []
+    t, part = 0.0, 0
+    while t < duration:
+        part += 1
+        end = min(duration, t + rng.uniform(60.0, 100.0))
+        title = f"Part {part}: {TOPICS[(part - 1) % len(TOPICS)]}"
+        values = []
+        for _ in range(3):
+            key, unit = keys.pop()
+            value = rng.choice([12, 18, 25, 40, 64, 96, 120, 180, 250, 400]) + part
+            values.append(f"{key} {value}{unit if unit in ('', '%') else ' ' + unit}")
+        t_full = min(end - 1.0, t + 12.0)
+        ocr.append({"t_start": round(t, 2), "t_end": round(t_full, 2), "lines": [title, values[0]]})
+        ocr.append({"t_start": round(t_full, 2), "t_end": round(end, 2), "lines": [title, *values]})
+        ts = t + 1.0
+        fact = rng.random() < 0.5
+        while ts < end - 2.0:
+            if fact:
+                text = f"The {subjects.pop()} {rests.pop()}."
+            else:
+                text = rng.choice(FILLERS)
+            fact = not fact
+            dur = len(text.split()) / WORDS_PER_S
+            if ts + dur > end:
+                break
+            asr.append({"t_start": round(ts, 2), "t_end": round(ts + dur, 2), "text": text})
+            ts += dur + PAUSE_S
+        t = end
+    return {"duration_s": duration, "ocr": ocr, "asr": asr}
+
+
+def timeline_events(truth: dict[str, Any], stream: str) -> list[tuple[float, Any]]:
+    """(media time, EventFrame) of the lecture's OCR readings and committed speech."""
+    from streamfuse.events import AsrPayload, OcrLine, OcrPayload
+    from streamfuse.frames import EventFrame
+
+    out: list[tuple[float, Any]] = []
+    for s in truth["ocr"]:
+        t = float(s["t_start"])
+        lines = [OcrLine(text=x, box=(0, 40 * i, 600, 40 * i + 30), conf=1.0)
+                 for i, x in enumerate(s["lines"])]  # fmt: skip
+        payload = OcrPayload(
+            lines=lines, text="\n".join(s["lines"]), n_lines=len(lines), resolution=(960, 540),
+            scale=0.75, roi=(0, 0, 1280, 720), ocr_ms=1.0, mean_conf=1.0, frame_index=int(t * 30),
+            t_changed=t, reason="change",
+        )  # fmt: skip
+        out.append((t, EventFrame(stream_id=stream, t_media=t, t_end=t + 0.5, payload=payload)))
+    for a in truth["asr"]:
+        t0, t1 = float(a["t_start"]), float(a["t_end"])
+        ev = EventFrame(stream_id=stream, t_media=t0, t_end=t1,
+                        payload=AsrPayload(text=a["text"], words=[]))  # fmt: skip
+        out.append((t1, ev))  # committed speech arrives when the sentence ends
+    out.sort(key=lambda e: e[0])
+    return out
+
+
+@dataclass(frozen=True)
+class Question:
+    t: float  # media time it is asked
+    question: str
+    answer: str
+    fact_t: float  # media time its fact appeared
+
+
+def question_schedule(
+    truth: dict[str, Any], minutes: int, per_minute: int, seed: int = 1
+) -> list[Question]:
+    """`per_minute` questions in every media minute at random seconds, about facts already on
+    the timeline (slide values and titles, spoken facts): half about the last two minutes,
+    half about any earlier moment (so forgetting shows)."""
+    from streamfuse.lm.evalset import QAPair, qa_pairs
+
+    rng = random.Random(seed)
+    pairs: dict[str, QAPair] = {}
+    for p in qa_pairs(truth, "lecture"):  # a slide's two readings: the earlier one counts
+        pairs.setdefault(p.question, p)
+    asked: set[str] = set()
+    out: list[Question] = []
+    for m in range(minutes):
+        times = sorted(rng.uniform(60.0 * m + 3.0, 60.0 * m + 60.0) for _ in range(per_minute))
+        for i, tq in enumerate(times):
+            # After the complete slide or the end of the sentence; each question once.
+            known = [p for p in pairs.values() if p.t_s + 14.0 < tq and p.question not in asked]
+            recent = [p for p in known if p.t_s > tq - 120.0]
+            choice = recent if (i % 2 == 0 and recent) else known
+            if not choice:
+                continue
+            p = rng.choice(choice)
+            asked.add(p.question)
+            out.append(Question(tq, p.question, p.answer, p.t_s))
+    return out
+
+
+# -- driving a stage on a simulated clock ------------------------------------------------------
+@dataclass
+class Record:
+    minute: int
+    ttft_ms: float
+    context_tokens: int
+    correct: bool
+    age_s: float
+    answer: str
+    question: str
+
+
+@dataclass
+class Run:
+    """One configuration's stage, its engine and what it measured."""
+
+    name: str
+    stage: Any
+    timeline: Any
+    stream: str
+    records: list[Record] = field(default_factory=list)
+    max_context: int = 0
+    # Virtual media time (v0) that corresponds to wall time w0 while the engine works.
+    v0: float = 0.0
+    w0: float = 0.0
+    busy_s: float = 0.0
+
+
+async def _wait_idle(engine: Any, deadline: float | None = None) -> bool:
+    """Until the engine has nothing to do (True) or the wall clock reaches `deadline`."""
+    while engine.busy:
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        await asyncio.sleep(0.001)
+    return True
+
+
+async def advance(run: Run, t_event: float) -> None:
+    """Bring `run` to media time `t_event`: if its engine is busy, wait until it is idle or
+    until the wall time that corresponds to `t_event` (then the event arrives mid-work, as
+    live); idle media time is skipped."""
+    engine = run.stage.engine
+    if engine.busy:
+        t_busy = time.monotonic()
+        await _wait_idle(engine, run.w0 + (t_event - run.v0))
+        run.busy_s += time.monotonic() - t_busy
+    now = time.monotonic()
+    v_now = run.v0 + (now - run.w0)
+    if not engine.busy and t_event > v_now:
+        run.v0, run.w0 = t_event, now  # skip the idle stretch
+
+
+async def push(run: Run, frame: Any) -> list[Any]:
+    out: list[Any] = []
+    async for f in run.timeline.process(frame):
+        out.extend([o async for o in run.stage.process(f)])
+    return out
+
+
+async def ask(run: Run, q: Question, minute: int) -> None:
+    from streamfuse.events import EventType
+    from streamfuse.frames import EventFrame, TextFrame
+    from streamfuse.lm.evalset import answer_correct
+
+    frame = TextFrame(stream_id=run.stream, t_media=q.t, text=q.question)
+    out = await push(run, frame)  # returns once the answer is complete
+    ev = next(f for f in out if isinstance(f, EventFrame) and f.type == EventType.LM)
+    rec = ev.to_record()
+    text = str(rec["text"])
+    run.records.append(
+        Record(minute, float(rec["ttft_ms"] or 0.0), int(rec["context_tokens"]),
+               answer_correct(text, q.answer), q.t - q.fact_t, text, q.question)  # fmt: skip
+    )
+
+
+def make_runs(names: Sequence[str], model: Any, tok: Any) -> list[Run]:
+    from streamfuse.fusion import TimelineStage
+    from streamfuse.lm.config import LMConfig
+    from streamfuse.lm.engine import LMEngine
+    from streamfuse.lm.stage import LMStage, LMStageConfig
+
+    threads = model_threads()
+    runs = []
+    for name in names:
+        base = {"model": {"threads": threads}}
+        if name == "shipped":  # the stage's defaults: 4 slots x 2,048 tokens
+            lm = LMConfig.model_validate({**base, "pool": {"num_slots": 4}})
+            cfg = LMStageConfig(lm=lm)
+        elif name == "nodrop":
+            ctx = model.config.max_position_embeddings
+            lm = LMConfig.model_validate({**base, "pool": {"num_slots": 1, "max_tokens": ctx}})
+            cfg = LMStageConfig(lm=lm)
+        elif name == "append":
+            lm = LMConfig.model_validate({**base, "pool": {"num_slots": 4}})
+            cfg = LMStageConfig(lm=lm, semantic_windows=True)
+        else:
+            raise SystemExit(f"unknown configuration {name!r}")
+        stage = LMStage(cfg, engine=LMEngine(model, cfg.lm), tokenizer=tok, name=f"lm-{name}")
+        runs.append(Run(name, stage, TimelineStage(), stream=STREAM))
+    return runs
+
+
+_THREADS = 2
+
+
+def model_threads() -> int:
+    return _THREADS
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The q-quantile (0..1) by linear interpolation (statistics.quantiles needs 2+ values)."""
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = (len(s) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def summarize(run: Run, minutes: int, bucket: int) -> dict[str, Any]:
+    recs = run.records
+    first = [r.ttft_ms for r in recs if r.minute == 0]
+    last = [r.ttft_ms for r in recs if r.minute >= minutes - 5]
+    buckets = []
+    for b0 in range(0, minutes, bucket):
+        rs = [r for r in recs if b0 <= r.minute < b0 + bucket]
+        if not rs:
+            continue
+        buckets.append({
+            "minutes": f"{b0}-{min(minutes, b0 + bucket)}",
+            "n": len(rs),
+            "ttft_p50_ms": round(pct([r.ttft_ms for r in rs], 0.5), 1),
+            "ttft_p95_ms": round(pct([r.ttft_ms for r in rs], 0.95), 1),
+            "context_tokens": round(statistics.mean(r.context_tokens for r in rs)),
+            "qa": round(statistics.mean(r.correct for r in rs), 3),
+        })  # fmt: skip
+
+    def acc(lo: float, hi: float) -> dict[str, Any]:
+        rs = [r for r in recs if lo <= r.age_s < hi]
+        return {"n": len(rs), "acc": round(statistics.mean(r.correct for r in rs), 3) if rs else None}
+
+    engine = run.stage.engine
+    p95_first = pct(first, 0.95)
+    return {
+        "config": run.name,
+        "questions": len(recs),
+        "ttft_p95_first_ms": round(p95_first, 1),
+        "ttft_p95_last5_ms": round(pct(last, 0.95), 1),
+        "p95_ratio_last5_first": round(pct(last, 0.95) / p95_first, 2) if first else None,
+        "p50_ratio_last5_first": round(pct(last, 0.5) / pct(first, 0.5), 2) if first else None,
+        "ttft_max_ms": round(max(r.ttft_ms for r in recs), 1) if recs else None,
+        "context_tokens_last": recs[-1].context_tokens if recs else 0,
+        "context_tokens_max": max((r.context_tokens for r in recs), default=0),
+        "qa": round(statistics.mean(r.correct for r in recs), 3) if recs else None,
+        "qa_by_age": {"<2min": acc(0, 120), "2-10min": acc(120, 600), ">10min": acc(600, 1e9)},
+        "prefill_tokens": engine.stats.prefill_tokens,
+        "recomputed_tokens": engine.stats.recomputed_tokens,
+        "truncations": engine.stats.truncations,
+        "engine_busy_s": round(run.busy_s, 1),
+        "buckets": buckets,
+    }
+
+
+async def drive(
+    runs: list[Run],
+    events: list[tuple[float, Any]],
+    questions: list[Question],
+    minutes: int,
+    progress: Callable[[int], None],
+) -> None:
+    for run in runs:
+        await run.stage.setup()
+    timeline: list[tuple[float, int, Any]] = [(t, 0, e) for t, e in events]
+    timeline += [(q.t, 1, q) for q in questions]
+    timeline.sort(key=lambda x: (x[0], x[1]))
+    try:
+        for m in range(minutes):
+            todo = [x for x in timeline if 60.0 * m <= x[0] < 60.0 * (m + 1)]
+            for run in runs:  # interleaved by media minute: load drift hits them alike
+                await _wait_idle(run.stage.engine)
+                run.v0, run.w0 = 60.0 * m, time.monotonic()
+                for t, kind, item in todo:
+                    await advance(run, t)
+                    if kind == 0:
+                        await push(run, item)
+                    else:
+                        await ask(run, item, m)
+                await _wait_idle(run.stage.engine)
+            progress(m)
+    finally:
+        for run in runs:
+            await run.stage.teardown()
+
+
+def warm_up(model: Any, tok: Any) -> None:
+    """One prompt through a throwaway engine: first-call allocations stay out of minute 0."""
+    from streamfuse.lm.config import LMConfig
+    from streamfuse.lm.engine import LMEngine
+
+    engine = LMEngine(model, LMConfig.model_validate({"pool": {"num_slots": 1}}))
+    ids = tok.encode("Live notes.\n" + " ".join(FILLERS) * 3 + "\nQuestion: What?\nAnswer:")
+    engine.generate(ids, 8)
+
+
+def main() -> None:
+    global _THREADS
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="5 media minutes (a few minutes)")
+    ap.add_argument("--minutes", type=int, default=30)
+    ap.add_argument("--per-minute", type=int, default=4, help="questions per media minute")
+    ap.add_argument("--bucket", type=int, default=5, help="media minutes per reported bucket")
+    ap.add_argument("--configs", default="shipped,nodrop,append")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    minutes = 5 if args.quick else args.minutes
+    bucket = 1 if args.quick else args.bucket
+    _THREADS = args.threads
+
+    import torch
+
+    from streamfuse.lm.config import ModelConfig
+    from streamfuse.lm.loader import load_model
+    from streamfuse.testing.machine import cpu_description
+
+    t_start = time.perf_counter()
+    log.info("CPU: %s; torch %s, %d threads", cpu_description(), torch.__version__, args.threads)
+    model, tok = load_model(ModelConfig(weights="int8", threads=args.threads))
+    assert tok is not None
+    log.info("kernel path: %s", "fused C++ int8 kernels" if model.fused else "eager torch ops")
+    truth = lecture(minutes, seed=args.seed)
+    events = timeline_events(truth, STREAM)
+    questions = question_schedule(truth, minutes, args.per_minute, seed=args.seed + 1)
+    log.info("lecture: %d media minutes, %d slide readings, %d sentences, %d questions",
+             minutes, len(truth["ocr"]), len(truth["asr"]), len(questions))  # fmt: skip
+    torch.set_num_threads(args.threads)
+    warm_up(model, tok)
+    runs = make_runs(args.configs.split(","), model, tok)
+
+    def progress(m: int) -> None:
+        parts = []
+        for run in runs:
+            rs = [r for r in run.records if r.minute == m]
+            ttft = ",".join(f"{r.ttft_ms:.0f}" for r in rs)
+            ctx = rs[-1].context_tokens if rs else 0
+            parts.append(f"{run.name}: ttft [{ttft}] ms ctx {ctx}")
+        log.info("[%6.1f s] minute %d  %s", time.perf_counter() - t_start, m, "; ".join(parts))
+
+    asyncio.run(drive(runs, events, questions, minutes, progress))
+    results = [summarize(run, minutes, bucket) for run in runs]
+    log.info("\n%-8s %9s %9s %9s %8s %8s %10s %8s", "config", "minutes", "n", "p50 ms",
+             "p95 ms", "context", "QA", "")  # fmt: skip
+    for res in results:
+        for b in res["buckets"]:
+            log.info("%-8s %9s %9d %9.0f %8.0f %8d %10.2f", res["config"], b["minutes"], b["n"],
+                     b["ttft_p50_ms"], b["ttft_p95_ms"], b["context_tokens"], b["qa"])  # fmt: skip
+    for res in results:
+        log.info("%s: p95 last 5 min / first minute = %s (p50 %s), QA %s by age %s, recomputed "
+                 "%d tokens", res["config"], res["p95_ratio_last5_first"],
+                 res["p50_ratio_last5_first"], res["qa"], res["qa_by_age"],
+                 res["recomputed_tokens"])  # fmt: skip
+    by = {r["config"]: r for r in results}
+    summary: dict[str, Any] = {
+        f"ttft_p95_ratio_{name}": by[name]["p95_ratio_last5_first"] for name in by
+    }
+    summary.update({f"qa_{name}": by[name]["qa"] for name in by})
+    summary.update({f"context_tokens_{name}": by[name]["context_tokens_last"] for name in by})
+    summary.update({
+        "media_minutes": minutes,
+        "questions_per_minute": args.per_minute,
+        "kernel_path": "fused" if model.fused else "eager",
+        "cpu": cpu_description(),
+        "threads": args.threads,
+        "quick": args.quick,
+        "wall_s": round(time.perf_counter() - t_start, 1),
+    })  # fmt: skip
+    if args.out:
+        args.out.write_text(json.dumps({"summary": summary, "results": results,
+                                        "records": {r.name: [vars(x) for x in r.records]
+                                                    for r in runs}}, indent=1))  # fmt: skip
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()
