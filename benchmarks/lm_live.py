@@ -448,15 +448,19 @@ async def drive(
         for m in range(minutes):
             todo = [x for x in timeline if 60.0 * m <= x[0] < 60.0 * (m + 1)]
             for run in runs:  # interleaved by media minute: load drift hits them alike
-                await _wait_idle(run.stage.engine)
-                run.v0, run.w0 = 60.0 * m, time.monotonic()
+                # Resume the run's clock where its last minute's work ended (if that ran past
+                # the minute, the next events queue behind it, as live).
+                run.v0, run.w0 = max(60.0 * m, run.v0), time.monotonic()
                 for t, kind, item in todo:
                     await advance(run, t)
                     if kind == 0:
                         await push(run, item)
                     else:
                         await ask(run, item, m)
+                t_busy = time.monotonic()
                 await _wait_idle(run.stage.engine)
+                run.busy_s += time.monotonic() - t_busy
+                run.v0 += time.monotonic() - run.w0  # the media time its work reached
             progress(m)
     finally:
         for run in runs:
