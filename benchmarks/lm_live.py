@@ -310,20 +310,29 @@ def timed_engine(model: Any, config: Any) -> Any:
 
     class TimedEngine(LMEngine):
         last_handle: RequestHandle | None = None
+        #: Wall seconds each context feed held its session (submission to finish): what a
+        #: question arriving right behind that line would wait (a recompute shows here).
+        feed_s: list[float] = []
 
         def submit(self, request: Any) -> RequestHandle:
             cpu0 = time.process_time()
+            idle = not self.busy
             handle = super().submit(request)
 
             def first(h: Any, new: list[int]) -> None:
                 if new and not hasattr(h, "ttft_cpu_s"):
                     h.ttft_cpu_s = time.process_time() - cpu0
+                if not new and h.done and idle and request.max_new_tokens == 0:
+                    assert h.finished_wall is not None
+                    self.feed_s.append(h.finished_wall - h.submitted_wall)
 
             handle.on_tokens(first)
             self.last_handle = handle
             return handle
 
-    return TimedEngine(model, config)
+    engine = TimedEngine(model, config)
+    engine.feed_s = []
+    return engine
 
 
 def make_runs(names: Sequence[str], model: Any, tok: Any) -> list[Run]:
@@ -423,6 +432,8 @@ def summarize(run: Run, minutes: int, bucket: int, fed_tokens: int) -> dict[str,
         "qa": round(statistics.mean(r.correct for r in recs), 3) if recs else None,
         "qa_by_age": {"<2min": acc(0, 120), "2-10min": acc(120, 600), ">10min": acc(600, 1e9)},
         "arrived_busy": sum(r.arrived_busy for r in recs),
+        "feed_wait_p99_ms": round(1000 * pct(engine.feed_s, 0.99), 1),
+        "feed_wait_max_ms": round(1000 * max(engine.feed_s, default=0.0), 1),
         "prefill_tokens": engine.stats.prefill_tokens,
         "prefill_per_context_token": round(engine.stats.prefill_tokens / max(1, fed_tokens), 2),
         "moved_tokens": engine.stats.moved_tokens,
@@ -557,16 +568,19 @@ def main() -> None:
                      b["context_tokens"], b["qa"])  # fmt: skip
     for res in results:
         log.info("%s: p95 last 5 min / first minute = %s (p50 %s), max %s ms, QA %s by age %s, "
-                 "prefill %.2f tokens per timeline token, %d questions arrived mid-prefill",
+                 "prefill %.2f tokens per timeline token, %d questions arrived mid-prefill, "
+                 "a line holds its session p99 %s ms, max %s ms",
                  res["config"], res["p95_ratio_last5_first"], res["p50_ratio_last5_first"],
                  res["ttft_max_ms"], res["qa"], res["qa_by_age"],
-                 res["prefill_per_context_token"], res["arrived_busy"])  # fmt: skip
+                 res["prefill_per_context_token"], res["arrived_busy"], res["feed_wait_p99_ms"],
+                 res["feed_wait_max_ms"])  # fmt: skip
     by = {r["config"]: r for r in results}
     summary: dict[str, Any] = {
         f"ttft_p95_ratio_{name}": by[name]["p95_ratio_last5_first"] for name in by
     }
     summary.update({f"ttft_cpu_p95_ratio_{k}": by[k]["cpu_p95_ratio_last5_first"] for k in by})
     summary.update({f"qa_{name}": by[name]["qa"] for name in by})
+    summary.update({f"feed_wait_max_ms_{name}": by[name]["feed_wait_max_ms"] for name in by})
     summary.update({f"context_tokens_{name}": by[name]["context_tokens_last"] for name in by})
     summary.update({
         "media_minutes": minutes,
