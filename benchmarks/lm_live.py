@@ -416,6 +416,11 @@ def summarize(run: Run, minutes: int, bucket: int, fed_tokens: int) -> dict[str,
 
     engine = run.stage.engine
     p95_first = pct(first, 0.95)
+    # How the question's own work grows with the context it attends to (CPU time, least squares).
+    slope = intercept = float("nan")
+    pts = [(r.context_tokens / 1000, r.ttft_cpu_ms) for r in recs if not r.arrived_busy]
+    if len({x for x, _ in pts}) > 1:
+        slope, intercept = statistics.linear_regression(*zip(*pts, strict=True))
     return {
         "config": run.name,
         "questions": len(recs),
@@ -432,6 +437,8 @@ def summarize(run: Run, minutes: int, bucket: int, fed_tokens: int) -> dict[str,
         "qa": round(statistics.mean(r.correct for r in recs), 3) if recs else None,
         "qa_by_age": {"<2min": acc(0, 120), "2-10min": acc(120, 600), ">10min": acc(600, 1e9)},
         "arrived_busy": sum(r.arrived_busy for r in recs),
+        "cpu_ms_at_0_context": round(intercept, 1),
+        "cpu_ms_per_1k_context": round(slope, 1),
         "feed_wait_p99_ms": round(1000 * pct(engine.feed_s, 0.99), 1),
         "feed_wait_max_ms": round(1000 * max(engine.feed_s, default=0.0), 1),
         "prefill_tokens": engine.stats.prefill_tokens,
@@ -569,11 +576,13 @@ def main() -> None:
     for res in results:
         log.info("%s: p95 last 5 min / first minute = %s (p50 %s), max %s ms, QA %s by age %s, "
                  "prefill %.2f tokens per timeline token, %d questions arrived mid-prefill, "
-                 "a line holds its session p99 %s ms, max %s ms",
+                 "a line holds its session p99 %s ms, max %s ms; question CPU ms = %s + %s per "
+                 "1k context tokens",
                  res["config"], res["p95_ratio_last5_first"], res["p50_ratio_last5_first"],
                  res["ttft_max_ms"], res["qa"], res["qa_by_age"],
                  res["prefill_per_context_token"], res["arrived_busy"], res["feed_wait_p99_ms"],
-                 res["feed_wait_max_ms"])  # fmt: skip
+                 res["feed_wait_max_ms"], res["cpu_ms_at_0_context"],
+                 res["cpu_ms_per_1k_context"])  # fmt: skip
     by = {r["config"]: r for r in results}
     summary: dict[str, Any] = {
         f"ttft_p95_ratio_{name}": by[name]["p95_ratio_last5_first"] for name in by
