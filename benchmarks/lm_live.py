@@ -185,6 +185,7 @@ class Question:
     question: str
     answer: str
     fact_t: float  # media time its fact appeared
+    repeat: bool = False  # asked before (first minute only): timed, not scored again
 
 
 def question_schedule(
@@ -206,17 +207,22 @@ def question_schedule(
     asked: set[str] = set()
     out: list[Question] = []
     for m in range(minutes):
-        times = sorted(rng.uniform(60.0 * m + 3.0, 60.0 * m + 60.0) for _ in range(per_minute))
+        # The first minute is the acceptance baseline: twice the questions (repeats allowed,
+        # not scored twice), from 20 s on, when the first facts are complete.
+        n, lo = (2 * per_minute, 20.0) if m == 0 else (per_minute, 3.0)
+        times = sorted(rng.uniform(60.0 * m + lo, 60.0 * m + 60.0) for _ in range(n))
         for i, tq in enumerate(times):
             # After the complete slide or the end of the sentence; each question once.
-            known = [p for p in pairs.values() if p.t_s + 14.0 < tq and p.question not in asked]
+            seen = [p for p in pairs.values() if p.t_s + 14.0 < tq]
+            known = [p for p in seen if p.question not in asked] or (seen if m == 0 else [])
             recent = [p for p in known if p.t_s > tq - 120.0]
             choice = recent if (i % 2 == 0 and recent) else known
             if not choice:
                 continue
             p = rng.choice(choice)
+            repeat = p.question in asked
             asked.add(p.question)
-            out.append(Question(tq, p.question, p.answer, p.t_s))
+            out.append(Question(tq, p.question, p.answer, p.t_s, repeat))
     return out
 
 
@@ -228,7 +234,7 @@ class Record:
     ttft_cpu_ms: float  # process CPU time to the first token (both torch threads)
     context_tokens: int  # in the session's slot when the question arrived
     arrived_busy: bool  # the engine was still prefilling context then
-    correct: bool
+    correct: bool | None  # None: a repeated question (not scored twice)
     age_s: float
     answer: str
     question: str
@@ -295,7 +301,7 @@ async def ask(run: Run, q: Question, minute: int) -> None:
     rec = ev.to_record()
     text = str(rec["text"])
     cpu_ms = 1000.0 * getattr(engine.last_handle, "ttft_cpu_s", float("nan"))
-    correct = answer_correct(text, q.answer)
+    correct = None if q.repeat else answer_correct(text, q.answer)
     ttft = float(rec["ttft_ms"] or 0.0)
     run.records.append(
         Record(minute, ttft, cpu_ms, context, busy, correct, q.t - q.fact_t, text, q.question)
@@ -383,6 +389,12 @@ def pct(values: Sequence[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
+def qa(recs: Sequence[Record]) -> float | None:
+    """Share answered correctly (repeated questions not scored); None when none was scored."""
+    scored = [r.correct for r in recs if r.correct is not None]
+    return round(statistics.mean(scored), 3) if scored else None
+
+
 def summarize(run: Run, minutes: int, bucket: int, fed_tokens: int) -> dict[str, Any]:
     """Per-bucket TTFT percentiles and the acceptance ratio; `fed_tokens`: the timeline's
     tokens plus the questions' (what a prefill of everything exactly once would cost)."""
@@ -404,15 +416,12 @@ def summarize(run: Run, minutes: int, bucket: int, fed_tokens: int) -> dict[str,
             "cpu_p50_ms": round(pct([r.ttft_cpu_ms for r in rs], 0.5), 1),
             "cpu_p95_ms": round(pct([r.ttft_cpu_ms for r in rs], 0.95), 1),
             "context_tokens": round(statistics.mean(r.context_tokens for r in rs)),
-            "qa": round(statistics.mean(r.correct for r in rs), 3),
+            "qa": qa(rs),
         })  # fmt: skip
 
     def acc(lo: float, hi: float) -> dict[str, Any]:
         rs = [r for r in recs if lo <= r.age_s < hi]
-        return {
-            "n": len(rs),
-            "acc": round(statistics.mean(r.correct for r in rs), 3) if rs else None,
-        }
+        return {"n": sum(r.correct is not None for r in rs), "acc": qa(rs)}
 
     engine = run.stage.engine
     p95_first = pct(first, 0.95)
@@ -434,7 +443,7 @@ def summarize(run: Run, minutes: int, bucket: int, fed_tokens: int) -> dict[str,
         "ttft_max_ms": round(max(r.ttft_ms for r in recs), 1) if recs else None,
         "context_tokens_last": recs[-1].context_tokens if recs else 0,
         "context_tokens_max": max((r.context_tokens for r in recs), default=0),
-        "qa": round(statistics.mean(r.correct for r in recs), 3) if recs else None,
+        "qa": qa(recs),
         "qa_by_age": {"<2min": acc(0, 120), "2-10min": acc(120, 600), ">10min": acc(600, 1e9)},
         "arrived_busy": sum(r.arrived_busy for r in recs),
         "cpu_ms_at_0_context": round(intercept, 1),
@@ -566,13 +575,14 @@ def main() -> None:
         len(tok.encode(f"\nQuestion: {q.question}\nAnswer:")) for q in questions
     )
     results = [summarize(run, minutes, bucket, fed) for run in runs]
+    nan = float("nan")
     log.info("\n%-9s %7s %4s %8s %8s %8s %8s %8s %6s", "config", "minutes", "n", "p50 ms",
              "p95 ms", "cpu p50", "cpu p95", "context", "QA")  # fmt: skip
     for res in results:
         for b in res["buckets"]:
             log.info("%-9s %7s %4d %8.0f %8.0f %8.0f %8.0f %8d %6.2f", res["config"], b["minutes"],
                      b["n"], b["ttft_p50_ms"], b["ttft_p95_ms"], b["cpu_p50_ms"], b["cpu_p95_ms"],
-                     b["context_tokens"], b["qa"])  # fmt: skip
+                     b["context_tokens"], b["qa"] if b["qa"] is not None else nan)  # fmt: skip
     for res in results:
         log.info("%s: p95 last 5 min / first minute = %s (p50 %s), max %s ms, QA %s by age %s, "
                  "prefill %.2f tokens per timeline token, %d questions arrived mid-prefill, "
