@@ -344,9 +344,15 @@ def soak(work: Path, soak_s: float, window_s: float) -> dict[str, Any]:
     for t, rss in samples:
         per_min.setdefault(int(t // 60), []).append(rss)
     minutes = [round(sorted(v)[len(v) // 2], 1) for _, v in sorted(per_min.items())]
-    # Warm-up: the first minute (models load, queues and caches fill).
-    after = minutes[1:] if len(minutes) > 1 else minutes
+    # Warm-up: the first window, as for latency below. Memory climbs for several loops of the
+    # clip while allocator pools and caches reach the largest inputs they will see (the hour's
+    # run: 696 MB in minute 1, 798 in minute 2, then 862-876 MB from minute 11 to 60).
+    warm = max(1, round(window_s / 60))
+    after = minutes[warm:] if len(minutes) > warm else minutes[-1:]
     drift = round(100.0 * (after[-1] - after[0]) / after[0], 2) if after else None
+    # The largest departure of any later minute from the first after warm-up (a hump that
+    # comes back down would not show in `drift`).
+    swing = max((abs(m - after[0]) for m in after), default=0.0)
     events = [r for r in records if r["type"] in ("ocr", "asr") and "wall_s" in r]
     end = max((r["wall_s"] for r in events), default=0.0)
     first = [r["latency_ms"] for r in events if window_s <= r["wall_s"] < 2 * window_s]
@@ -359,6 +365,8 @@ def soak(work: Path, soak_s: float, window_s: float) -> dict[str, Any]:
         "traceback": "Traceback" in stderr,
         "rss_mb_per_minute": minutes,
         "rss_drift_pct": drift,
+        "rss_max_swing_pct": round(100.0 * swing / after[0], 2) if after else None,
+        "rss_warmup_minutes": warm,
         "lost_events": _lost(records),
         "events": len(events),
         "slides_read": sum(r["type"] == "ocr" for r in events),
@@ -436,58 +444,57 @@ def main() -> None:
     if args.worker:
         _worker(args.threads)
         return
-    n_files = args.files or (100 if args.quick else 1000)
+    n_files = args.files if args.files is not None else (100 if args.quick else 1000)
     soak_s = args.soak_s or (180.0 if args.quick else 3600.0)
     window_s = 60.0 if soak_s < 1200 else 600.0
     workers = max(1, args.workers or os.cpu_count() or 1)
     print(f"machine: {cpu_description()}")
     print("note: figures on a shared, noisy machine vary run to run", flush=True)
-    summary: dict[str, Any] = {}
+    summary: dict[str, Any] = {"mutated_files": 0, "rss_drift_pct": None, "lost_events": None}
     with tempfile.TemporaryDirectory(prefix="sf-reliability-") as tmp:
         work = Path(tmp)
         t0 = time.monotonic()
-        clips = base_clips(CLIPS, work / "base", seconds=args.clip_s)
-        print(
-            f"corrupted media: {n_files} files from {len(clips)} clips of {args.clip_s:g} s, "
-            f"{workers} workers",
-            flush=True,
-        )
-        made_s = [0.0]
-        mutations = _timed(iter_suite(clips, work / "mutated", n_files), made_s)
-        results, restarts = run_corpus(
-            mutations, hang_s=args.hang_s, limit_s=max(120.0, 4 * args.hang_s), workers=workers
-        )
-        corpus_wall_s = time.monotonic() - t0
-        outcomes = Counter(r["outcome"] for r in results)
-        stage_exc = [e for r in results for e in r.get("stage_exceptions", [])]
-        by_kind: dict[str, Counter[str]] = {}
-        for r in results:
-            by_kind.setdefault(r["kind"], Counter())[r["outcome"]] += 1
-        print(
-            f"  outcomes: {dict(outcomes)} in {corpus_wall_s:.0f} s "
-            f"(files made in {made_s[0]:.0f} s of it; {restarts} worker restarts)"
-        )
-        for kind, c in sorted(by_kind.items()):
-            print(f"    {kind:<9} {dict(c)}")
-        loads = [r["models_loaded"] for r in results if "models_loaded" in r]
-        summary.update(
-            mutated_files=len(results),
-            crashes=outcomes["crash"],
-            hangs=outcomes["hang"],
-            clear_errors=outcomes["clear_error"],
-            unclear_errors=outcomes["unclear_error"],
-            partial_results=outcomes["partial"],
-            full_results=outcomes["results"],
-            stage_exceptions=len(stage_exc),
-            corpus_s=round(sum(r["s"] for r in results)),
-            corpus_wall_s=round(corpus_wall_s),
-            corpus_workers=workers,
-            corpus_worker_restarts=restarts,
-            # Per worker process, over its life: one OCR and one ASR load serve all its files.
-            corpus_max_model_loads=max((max(x.values(), default=0) for x in loads), default=0),
-            rss_drift_pct=None,
-            lost_events=None,
-        )
+        if n_files:  # 0: the soak (and overload) alone
+            clips = base_clips(CLIPS, work / "base", seconds=args.clip_s)
+            print(
+                f"corrupted media: {n_files} files from {len(clips)} clips of {args.clip_s:g} s, "
+                f"{workers} workers",
+                flush=True,
+            )
+            made_s = [0.0]
+            mutations = _timed(iter_suite(clips, work / "mutated", n_files), made_s)
+            results, restarts = run_corpus(
+                mutations, hang_s=args.hang_s, limit_s=max(120.0, 4 * args.hang_s), workers=workers
+            )
+            corpus_wall_s = time.monotonic() - t0
+            outcomes = Counter(r["outcome"] for r in results)
+            stage_exc = [e for r in results for e in r.get("stage_exceptions", [])]
+            by_kind: dict[str, Counter[str]] = {}
+            for r in results:
+                by_kind.setdefault(r["kind"], Counter())[r["outcome"]] += 1
+            print(
+                f"  outcomes: {dict(outcomes)} in {corpus_wall_s:.0f} s "
+                f"(files made in {made_s[0]:.0f} s of it; {restarts} worker restarts)"
+            )
+            for kind, c in sorted(by_kind.items()):
+                print(f"    {kind:<9} {dict(c)}")
+            loads = [r["models_loaded"] for r in results if "models_loaded" in r]
+            summary.update(
+                mutated_files=len(results),
+                crashes=outcomes["crash"],
+                hangs=outcomes["hang"],
+                clear_errors=outcomes["clear_error"],
+                unclear_errors=outcomes["unclear_error"],
+                partial_results=outcomes["partial"],
+                full_results=outcomes["results"],
+                stage_exceptions=len(stage_exc),
+                corpus_s=round(sum(r["s"] for r in results)),
+                corpus_wall_s=round(corpus_wall_s),
+                corpus_workers=workers,
+                corpus_worker_restarts=restarts,
+                # Per worker process, over its life: one OCR and one ASR load serve all its files.
+                corpus_max_model_loads=max((max(x.values(), default=0) for x in loads), default=0),
+            )
         if not args.no_soak:
             print(f"soak: {soak_s:.0f} s realtime, looped demo clip", flush=True)
             t = time.monotonic()
@@ -495,6 +502,8 @@ def main() -> None:
             print(f"  {json.dumps(s)}", flush=True)
             summary.update(
                 rss_drift_pct=s["rss_drift_pct"],
+                soak_rss_max_swing_pct=s["rss_max_swing_pct"],
+                soak_rss_warmup_minutes=s["rss_warmup_minutes"],
                 lost_events=s["lost_events"],
                 soak_latency_p95_ratio=s["latency_p95_ratio"],
                 soak_rss_mb_per_minute=s["rss_mb_per_minute"],

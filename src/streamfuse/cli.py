@@ -1245,8 +1245,12 @@ def cloud(
     for record in collect.records:
         if record["type"] in ("ocr", "asr"):
             text = record.get("text", "")
-            out.print(f"[{record['t_start']:7.2f}] {record['type']}: {text}", highlight=False)
-    out.print(json.dumps(link))
+            out.print(
+                f"[{record['t_start']:7.2f}] {record['type']}: {text}",
+                highlight=False,
+                soft_wrap=True,
+            )
+    typer.echo(json.dumps(link))  # one line, never wrapped to a console width
 
 
 def main() -> None:

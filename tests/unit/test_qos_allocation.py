@@ -113,7 +113,7 @@ def test_monitor_ignores_stages_outside_the_budget() -> None:
     monitor.on_start(0.0)
     clock.t = 2.0
     _feed(monitor, _Named("change:s"), 1.0)
-    assert monitor.history == []
+    assert not monitor.history
     assert set(monitor.shares(clock.t)) == {"asr:s"}
 
 

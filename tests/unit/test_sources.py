@@ -247,3 +247,23 @@ def test_stereo_is_averaged_to_mono_not_summed(tmp_path: Path) -> None:
     mono = asyncio.run(samples())
     assert len(mono) >= 15_900
     assert 0.87 < float(np.abs(mono).max()) < 0.93
+
+
+def test_mpeg_ts_copy_decodes_the_same_sound_and_times_as_the_mp4(
+    short: Path, tmp_path: Path
+) -> None:
+    """MPEG-TS carries no edit list: its AAC track starts with the encoder's priming frame,
+    which the MP4 trims. Both must give the same samples at the same media times."""
+    mp4 = _read(MediaSource(short))
+    ts = _read(MediaSource(remux(short, tmp_path / "clip.ts")))
+    for kind in (AudioFrame, VideoFrame):
+        a = [f for f in mp4 if isinstance(f, kind)]
+        b = [f for f in ts if isinstance(f, kind)]
+        assert abs(len(a) - len(b)) <= 1
+        times = [(x.t_media, y.t_media) for x, y in zip(a, b, strict=False)]
+        assert max(abs(x - y) for x, y in times) < 1e-3
+    sound = [
+        np.concatenate([f.samples for f in fs if isinstance(f, AudioFrame)]) for fs in (mp4, ts)
+    ]
+    n = min(map(len, sound))
+    assert np.array_equal(sound[0][: n - 320], sound[1][: n - 320])

@@ -39,6 +39,9 @@ log = logging.getLogger(__name__)
 CPU_ROOT = Path("/sys/devices/system/cpu")
 
 
+_HISTORY = 3600  # allocations kept in `LoadMonitor.history` (an hour at one a second)
+
+
 class AllocationConfig(BaseModel):
     """How the main job splits the cores among its streams' model threads."""
 
@@ -183,8 +186,9 @@ class LoadMonitor(Observer):
         self._calls: dict[str, deque[tuple[float, float]]] = {}
         self._started: float | None = None
         self._last = float("-inf")
-        #: Every allocation made, with its time (benchmarks and tests read it).
-        self.history: list[tuple[float, Allocation]] = []
+        #: The allocations made, with their times, the newest `_HISTORY` (benchmarks and tests
+        #: read it; bounded: a run rebalances about once a second for as long as it lasts).
+        self.history: deque[tuple[float, Allocation]] = deque(maxlen=_HISTORY)
 
     def on_start(self, wall: float) -> None:
         self._started = self._clock()

@@ -522,11 +522,14 @@ class MediaSource(Source):
         n_video = 0
         decoded_video_t = -math.inf
         mapped = False
+        priming = _Priming(c.streams.audio[0]) if self.has_audio else None
         try:
             for packet in self._packets(c, streams):
                 if not mapped and packet.pts is not None:
                     self._map_clock(float(packet.pts * packet.time_base))
                     mapped = True
+                if priming is not None:
+                    priming.saw(packet)
                 for decoded in self._decoded(packet):
                     if isinstance(decoded, av.VideoFrame):
                         t = (
@@ -545,6 +548,13 @@ class MediaSource(Source):
                         self._n_video += 1
                         n_video += 1
                     elif isinstance(decoded, av.AudioFrame):
+                        if priming is not None and priming.drops(decoded):
+                            # Media time 0 is where the sound starts, as in an MP4 of the
+                            # same recording (only while no frame has been made).
+                            first = n_video == 0 and self.reconnects == 0
+                            if first and abs((decoded.time or 0.0) - self._origin_s) < 1e-3:
+                                self._origin_s += decoded.samples / decoded.sample_rate
+                            continue
                         if audio_t0 is None:
                             audio_t0 = max(0.0, self._media_t(decoded.time or self._origin_s))
                             self._audio_t0 = audio_t0
@@ -782,6 +792,38 @@ class MonoResampler:
 def _with_arrival(frame: Frame, wall: float) -> Frame:
     # The arrival time is when the pacer releases the frame, not when it was decoded.
     return dataclasses.replace(frame, arrival_wall=wall)
+
+
+class _Priming:
+    """The encoder's priming frame at the start of an AAC stream, when the container did not
+    trim it. An AAC encoder puts one frame of delay (1,024 samples for AAC-LC) before the
+    sound; MP4 marks it in an edit list and FFmpeg's decoder drops it, but MPEG-TS, ADTS, RTP
+    and FLV carry no such mark, so the same sound cut from an MP4 into a live feed arrived
+    21-64 ms late with a frame of near-silence in front (the speech recognizer's output moves
+    with such shifts). The first decoded frame of a connection is dropped when its timestamp
+    equals the first packet's (the decoder skipped nothing); joining a feed midway, that frame
+    lacks the previous one its overlap-add needs, so it is not faithful sound either."""
+
+    def __init__(self, stream: Any) -> None:
+        ctx = stream.codec_context
+        self._index = stream.index
+        self._first_t: float | None = None
+        self._done = ctx is None or ctx.name != "aac"
+
+    def saw(self, packet: Any) -> None:
+        if self._first_t is None and packet.stream.index == self._index and packet.pts is not None:
+            self._first_t = float(packet.pts * packet.time_base)
+
+    def drops(self, frame: Any) -> bool:
+        """Whether `frame` (an audio frame of this stream, in decoding order) is the priming."""
+        if self._done:
+            return False
+        self._done = True
+        return (
+            frame.time is not None
+            and self._first_t is not None
+            and abs(frame.time - self._first_t) < 0.5 / frame.sample_rate
+        )
 
 
 def _reason(e: BaseException) -> str:
