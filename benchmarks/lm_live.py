@@ -8,20 +8,25 @@ arrives at its true offset into whatever work the preceding lines caused, so it 
 recompute exactly as it would live. Configurations, interleaved minute by minute in one run so
 load drift hits them alike:
 
-- `shipped`: the live default (versioned windows, 2,048-token slot, oldest windows dropped to
-  half the slot when it fills);
+- `shipped`: the live default (versioned windows, 2,048-token slot; when they outgrow it the
+  oldest windows are cut out and the later ones' KV moved into the gap);
+- `recompute`: as shipped before (`truncation.removed_windows: recompute`): everything after a
+  dropped window recomputed;
 - `nodrop`: versioned windows in a slot as large as the model's context (32,768), so nothing
   is ever dropped and the context grows with the lecture;
 - `append`: the appended path (`semantic_windows`), 2,048-token slot, StreamingLLM sink +
   window truncation by the scheduler when it fills (KV moved, nothing recomputed).
 
-Per configuration: TTFT p50/p95 per bucket of media minutes, p95 of the last 5 minutes over
-the first minute's, context tokens, recomputed tokens, and QA accuracy (the known answer in the
+Per configuration: TTFT (wall, and process CPU time) p50/p95 per bucket of media minutes, p95
+of the last 5 minutes over the first minute's, the context in the slot, how long each line
+holds its session, prefill tokens per timeline token, and QA accuracy (the known answer in the
 first line of the answer) by the age of the fact asked about, so that speed bought by
 forgetting shows. Timings are wall-clock on a possibly shared machine: read ratios within one
-run. The last line is one JSON object.
+run. Why a new script rather than a mode of token_dropping.py: that one times single prefills
+offline; this one drives the live stages on a clock, with its own questions and summary. The
+last line is one JSON object.
 
-    python benchmarks/lm_live.py [--quick] [--minutes 30] [--configs shipped,nodrop,append]
+    python benchmarks/lm_live.py [--quick] [--minutes 30] [--configs shipped,recompute,...]
 """
 
 from __future__ import annotations
