@@ -194,3 +194,49 @@ def test_the_timeline_revises_a_slide_read_again_and_keys_every_line() -> None:
     never = TimelineStage(TimelineConfig(slide_revision_similarity=None))
     plain = [f for f in asyncio.run(run_stage(never, frames[:3])) if isinstance(f, ContextFrame)]
     assert [f.window for f in plain] == ["slide:1", "speech:2", "slide:3"]
+
+
+def test_trimmed_windows_are_cut_out_of_the_cache_without_recomputing_the_rest(
+    model: GemmaModel,
+) -> None:
+    """Windows outgrowing the slot: the oldest are dropped and the KV of the later ones moves
+    into the gap, so every line is prefilled once however often the stage trims (with
+    `removed_windows: recompute` everything after a dropped window is prefilled again)."""
+    texts = ["HEAD\n", *(f"line {i}\n" for i in range(40))]
+    budget = 160 - 4 - 64  # the slot less room for a question and its answer
+
+    def run(removed: str) -> tuple[int, int, list[int], int]:
+        lm = LMConfig.model_validate({
+            "pool": {"num_slots": 2, "max_tokens": 160},
+            "truncation": {"removed_windows": removed},
+        })  # fmt: skip
+        cfg = LMStageConfig(lm=lm, max_new_tokens=4, stop_at_newline=False)
+        stage = LMStage(cfg, engine=LMEngine(model, lm), tokenizer=TOK)
+        engine = stage.engine
+        assert engine is not None
+
+        async def scenario() -> list[int]:
+            await stage.setup()
+            try:
+                await push(stage, [line(f"k{i}", 0, t) for i, t in enumerate(texts)])
+                await push(stage, [TextFrame(stream_id="s", text="q")])  # after all the lines
+                return engine.session_context("s")
+            finally:
+                await stage.teardown()
+
+        context = asyncio.run(asyncio.wait_for(scenario(), 120))
+        st = engine.stats
+        return st.prefill_tokens, st.moved_tokens, context, st.truncations
+
+    fed = len(TOK.encode(texts[0], add_bos=True)) + sum(len(TOK.encode(t)) for t in texts[1:])
+    fed += len(TOK.encode(LMStageConfig().question_template.format(prompt="q")))
+    prefilled, moved, context, truncations = run("move")
+    assert prefilled == fed  # each line once: nothing recomputed
+    assert moved > 0 and truncations == 0
+    head = TOK.encode(texts[0], add_bos=True)
+    newest = TOK.encode(texts[-1])
+    assert context[: len(head)] == head and context[-len(newest) :] == newest
+    assert budget // 2 < len(context) <= budget  # dropped to 3/4 of the budget, not half
+    prefilled_exact, moved_exact, context_exact, _ = run("recompute")
+    assert moved_exact == 0 and prefilled_exact > fed  # what followed a dropped window, again
+    assert context_exact[: len(head)] == head

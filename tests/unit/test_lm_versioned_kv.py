@@ -145,3 +145,99 @@ def test_a_feed_with_nothing_new_to_prefill_finishes_at_once(model: GemmaModel) 
 def test_windows_need_a_session(model: GemmaModel) -> None:
     with pytest.raises(ConfigError, match="session"):
         engine(model).submit(Request(prompt_ids=(7,), windows=(A,)))
+
+
+# -- windows left out: moved, not recomputed ----------------------------------------------------
+E = ContextWindow("asr:4", 0, (50, 51, 52))
+
+
+def test_left_out_windows_are_cut_out_and_the_later_rows_move_into_the_gap(
+    model: GemmaModel,
+) -> None:
+    moves: list[list[int]] = []
+    ticks = itertools.count()
+    c = SessionCache(
+        model.kv_pool(num_slots=1, max_tokens=32),
+        EngineStats(),
+        clock=lambda: float(next(ticks)),
+        compact=lambda _slot, positions: moves.append(positions),
+    )
+    feed(c, (A, B, C, D))
+    # B dropped (the stage trimming its oldest) and E added: A, C and D stay cached.
+    cached, unfed = feed(c, (A, C, D, E))
+    assert cached == [*A.ids, *C.ids, *D.ids] and unfed == list(E.ids)
+    assert moves == [[0, 1, 2, 3, 8, 9, 10, 11, 12]]  # A in place, C and D moved down by 4
+    assert c.stats.moved_tokens == len(C.ids) + len(D.ids)
+    assert c.stats.invalidations == 0  # nothing stale: the rest is exactly what it was
+    s = c.get("s")
+    assert s is not None and [(m.key, m.start, m.end) for m in s.windows] == [
+        ("slide:1", 0, 4), ("asr:2", 4, 7), ("asr:3", 7, 9), ("asr:4", 9, 12)
+    ]  # fmt: skip
+    # A revised window after a gap is still recomputed from there on.
+    moves.clear()
+    cached, unfed = feed(c, (A, ContextWindow("asr:3", 1, (42, 43)), E))
+    assert cached == list(A.ids) and unfed == [42, 43, *E.ids] and moves == []
+    assert c.stats.invalidations == 1
+
+
+def test_engine_moves_kept_windows_instead_of_recomputing_them(model: GemmaModel) -> None:
+    """The stage drops B: the engine prefills only the new window, and the slot holds A, C
+    and D exactly as a cache of A, B, C, D compacted to them (keys re-rotated), so the answer
+    is the one over that compacted cache."""
+    eng = engine(model)
+
+    def windows_feed(windows: tuple[ContextWindow, ...]) -> None:
+        req = Request(prompt_ids=(), max_new_tokens=0, session="s", windows=windows,
+                      keep_output=True)  # fmt: skip
+        eng.submit(req).wait(timeout=30)
+
+    windows_feed((A, B, C, D))
+    prefilled = eng.stats.prefill_tokens
+    ask = Request(prompt_ids=(7, 8), max_new_tokens=5, session="s", windows=(A, C, D, E),
+                  stop_ids=())  # fmt: skip
+    out = eng.submit(ask).wait(timeout=30)
+    assert eng.stats.prefill_tokens - prefilled == len(E.ids) + 2  # E and the question only
+    assert eng.session_context("s") == [*A.ids, *C.ids, *D.ids, *E.ids]
+    # Reference: a fresh cache of A, B, C, D compacted to A, C, D, then E prefilled after it.
+    full = [*A.ids, *B.ids, *C.ids, *D.ids]
+    ref = fresh_cache(model, full)
+    keep = [0, 1, 2, 3, *range(8, len(full))]
+    n = model.compact_positions(ref, 0, torch.tensor(keep))
+    model.forward(torch.tensor(E.ids), [Segment(0, n, len(E.ids))], ref)
+    s = eng.sessions.get("s")
+    assert s is not None and s.slot is not None
+    m = n + len(E.ids)
+    for li in range(model.config.num_layers):
+        torch.testing.assert_close(eng.pool.k[li][s.slot.index, :, :m], ref.k[li][0, :, :m])
+        torch.testing.assert_close(eng.pool.v[li][s.slot.index, :, :m], ref.v[li][0, :, :m])
+    # The same answer as decoding greedily from that reference cache.
+    nxt = model.forward(torch.tensor([7, 8]), [Segment(0, m, 2)], ref, greedy=True)
+    want = [int(nxt[-1])]
+    for i in range(4):
+        nxt = model.forward(torch.tensor(want[-1:]), [Segment(0, m + 2 + i, 1)], ref, greedy=True)
+        want.append(int(nxt[0]))
+    assert out == want
+
+
+def test_recompute_policy_keeps_the_exact_recompute_of_what_follows_a_removed_window(
+    model: GemmaModel,
+) -> None:
+    cfg = {
+        "pool": {"num_slots": 2, "max_tokens": 64},
+        "scheduler": {"max_batch_tokens": 64, "prefill_chunk": 16},
+        "truncation": {"removed_windows": "recompute"},
+    }
+    eng = LMEngine(model, LMConfig.model_validate(cfg))
+    for windows in ((A, B, C), (A, C)):
+        req = Request(prompt_ids=(), max_new_tokens=0, session="s", windows=windows,
+                      keep_output=True)  # fmt: skip
+        eng.submit(req).wait(timeout=30)
+    assert eng.stats.moved_tokens == 0
+    s = eng.sessions.get("s")
+    assert s is not None and s.slot is not None
+    context = [*A.ids, *C.ids]
+    ref = fresh_cache(model, context)  # C recomputed right after A: exact
+    for li in range(model.config.num_layers):
+        torch.testing.assert_close(
+            eng.pool.k[li][s.slot.index, :, : len(context)], ref.k[li][0, :, : len(context)]
+        )

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 WeightFormat = Literal["int8", "fp32"]
 LongInputPolicy = Literal["sink_window", "heavy_hitter", "reject"]
+RemovedWindows = Literal["move", "recompute"]
 DropMethod = Literal["ours", "fastv", "random", "recency", "sinks"]
 
 
@@ -72,6 +73,14 @@ class TruncationConfig(_Frozen):
         ge=0.0,
         le=1.0,
         description="'heavy_hitter': share of the kept window chosen by accumulated attention.",
+    )
+    removed_windows: RemovedWindows = Field(
+        default="move",
+        description="A session request whose versioned windows leave out cached ones (the LM "
+        "stage dropping its oldest when they outgrow the slot): 'move' the KV of the windows "
+        "after the gap into it (keys re-rotated, as sink + window truncation does; they keep "
+        "what they attended to in the removed text), or 'recompute' everything after the "
+        "first removed window (exact for the shorter context, but a prefill of up to a slot).",
     )
 
 

@@ -23,6 +23,7 @@ from streamfuse.errors import ConfigError
 from streamfuse.lm.config import LMConfig
 from streamfuse.lm.dropping import AttentionAccumulator, method_plan
 from streamfuse.lm.gemma import GemmaModel, Segment
+from streamfuse.lm.kv_pool import Slot
 from streamfuse.lm.request import (
     EngineStats,
     FinishReason,
@@ -56,10 +57,13 @@ class LMEngine:
         c, pc = model.config, self.config.pool
         self.pool = model.kv_pool(num_slots=pc.num_slots, max_tokens=pc.max_tokens)
         self.stats = EngineStats()
-        self.sessions = SessionCache(self.pool, self.stats)
         self.attention: AttentionAccumulator | None = None
         if self.config.truncation.policy == "heavy_hitter":
             self.attention = AttentionAccumulator(pc.num_slots, pc.max_tokens)
+        move = self.config.truncation.removed_windows == "move"
+        self.sessions = SessionCache(
+            self.pool, self.stats, compact=self._move_rows if move else None
+        )
         self.scheduler = Scheduler(
             self.config, self.pool, self.sessions, model, self.stats, self.attention
         )
@@ -436,6 +440,14 @@ class LMEngine:
                 )
         seq.slot = None
         seq.handle._finish(reason)
+
+    def _move_rows(self, slot: Slot, positions: list[int]) -> None:
+        """A session's windows were cut out of its slot: the kept rows move into the gaps
+        (called by the session cache while the scheduler admits, under the step lock)."""
+        keep = torch.tensor(positions, dtype=torch.long)
+        self.model.compact_positions(self.pool, slot.index, keep)
+        if self.attention is not None:
+            self.attention.moved(slot.index, keep)
 
     def _running_in(self, session: str) -> Sequence | None:
         for seq in self.scheduler.running:

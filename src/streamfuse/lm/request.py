@@ -89,6 +89,7 @@ class EngineStats:
     invalidations: int = 0
     evictions: int = 0
     truncations: int = 0
+    moved_tokens: int = 0  # cached rows moved into the gap of a removed window (not recomputed)
     dropped_tokens: int = 0
     cancellations: int = 0
     forward_s: float = 0.0

@@ -4,7 +4,9 @@ A session's context carries a version: a request with another version drops it (
 instead of reusing it. Finer: a request may give its context as versioned windows
 (`ContextWindow`: an ASR utterance, an OCR line); the cached KV is then reused only up to the
 first window whose key or version differs from what the slot was computed over, and everything
-after it is recomputed (later tokens attended to the old text, so their KV is stale too).
+after it is recomputed (later tokens attended to the old text, so their KV is stale too). Windows
+that are left out (the stage dropping its oldest) are cut out instead when a `compact` callback
+is given: the rows of the windows after them move into the gap (no recompute).
 Idle sessions keep their slot until the pool runs out, then the least recently used one is
 evicted (its context is recomputed on next use). A request that must not
 leave its input and output behind rolls the context back to where it began: a shorter slot
@@ -56,6 +58,11 @@ class Session:
         return self.ids + self.unfed
 
 
+#: Moves the cached rows of `slot` at the sorted `positions` to 0..len(positions)-1, keys
+#: re-rotated to their new positions (`GemmaModel.compact_positions`).
+Compact = Callable[[Slot, list[int]], None]
+
+
 class SessionCache:
     """Sessions by key over a shared `KVPool`: versions, LRU eviction, rollback."""
 
@@ -65,10 +72,12 @@ class SessionCache:
         stats: EngineStats | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
+        compact: Compact | None = None,
     ) -> None:
         self.pool = pool
         self.stats = stats or EngineStats()
         self._clock = clock
+        self._compact = compact
         self._sessions: dict[str, Session] = {}
 
     def __contains__(self, key: str) -> bool:
@@ -135,30 +144,64 @@ class SessionCache:
         return cached, unfed
 
     def _align(self, s: Session, windows: Sequence[ContextWindow]) -> None:
-        """Cut the context after the leading windows that are unchanged, queue the others."""
+        """Keep the leading windows that are unchanged, queue the others.
+
+        A window matches when its key, version and tokens are those cached, in the same order.
+        Without `compact` the matches must also sit where they did (any gap ends them); with it,
+        windows left out (removed, as the stage trims its oldest) may leave gaps: the rows of
+        the later matches move into them. Whatever follows the first window that does not match
+        (new, revised, or reordered) is recomputed.
+        """
         context = s.ids + s.unfed
-        keep, marks = 0, []
-        for old, new in zip(s.windows, windows, strict=False):
-            if (old.key, old.version) != (new.key, new.version) or old.start != keep:
+        slot = s.slot if s.slot is not None and self.pool.is_live(s.slot) else None
+        cached = len(s.ids) if slot is not None else 0
+        index = {m.key: i for i, m in enumerate(s.windows)}
+        kept: list[WindowMark] = []  # old marks, in order
+        keep, last = 0, -1
+        for new in windows:
+            i = index.get(new.key, -1)
+            if i <= last:
+                break  # new, or out of its old order
+            old = s.windows[i]
+            if old.version != new.version or old.end - old.start != len(new.ids):
                 break
-            if old.end - old.start != len(new.ids) or context[old.start : old.end] != list(new.ids):
+            if context[old.start : old.end] != list(new.ids):
                 break  # same version, other tokens: the caller broke the contract; recompute
-            marks.append(old)
-            keep = old.end
-        if keep < len(context):
-            self.stats.invalidations += 1  # a changed window: its KV and all after it are stale
+            if old.start != keep and (self._compact is None or old.end > cached):
+                break  # moving needs its rows in the slot
+            kept.append(old)
+            keep += old.end - old.start
+            last = i
+        marks: list[WindowMark] = []
+        for m in kept:
+            start = marks[-1].end if marks else 0
+            marks.append(WindowMark(m.key, m.version, start, start + m.end - m.start))
+        moved = [m for m, new in zip(kept, marks, strict=True) if m.start != new.start]
+        # Stale KV: a window still wanted but not kept (revised, reordered), or stray tokens
+        # after the windows; windows merely left out are not stale.
+        wanted = {w.key for w in windows[len(kept) :]} & index.keys()
+        if wanted or (keep < len(context) and len(kept) == len(s.windows) and not moved):
+            self.stats.invalidations += 1
         tail: list[int] = []
-        for w in windows[len(marks) :]:
+        for w in windows[len(kept) :]:
             marks.append(
                 WindowMark(w.key, w.version, keep + len(tail), keep + len(tail) + len(w.ids))
             )
             tail.extend(w.ids)
         s.windows = marks
-        if keep <= len(s.ids):
+        if moved:
+            assert slot is not None and self._compact is not None
+            positions = [p for m in kept for p in range(m.start, m.end)]
+            self._compact(slot, positions)
+            self.stats.moved_tokens += sum(m.end - m.start for m in moved)
+            s.ids = [context[p] for p in positions]
+            s.unfed = tail
+            self.pool.set_length(slot, keep)
+        elif keep <= len(s.ids):
             s.ids = s.ids[:keep]
             s.unfed = tail
-            if s.slot is not None and self.pool.is_live(s.slot):
-                self.pool.set_length(s.slot, keep)
+            if slot is not None:
+                self.pool.set_length(slot, keep)
         else:
             s.unfed = s.unfed[: keep - len(s.ids)] + tail
 

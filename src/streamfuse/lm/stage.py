@@ -7,9 +7,10 @@ key replaces that window's text in place. Every change is sent at once as the se
 context (`Request.windows`, prefilled in the background, so a question finds its context
 already computed): the engine reuses the cached KV up to the first changed window and
 recomputes the rest. When the windows outgrow the slot (less room for a question and answer),
-the oldest ones after the first (the header: attention sinks) are dropped, down to half of it:
-what follows a dropped window moves, so it is recomputed (exactly, where sink + window
-truncation re-rotates cached keys), about once per half a slot of new context. With
+the oldest ones after the first (the header: attention sinks) are dropped, down to 3/4 of it:
+the engine moves the KV of the windows after them into the gap (keys re-rotated, nothing
+recomputed; with `truncation.removed_windows: recompute` it recomputes them instead, exact
+but a prefill of half a slot, so the stage then drops down to half of it). With
 `semantic_windows` or `feed_keep_ratio` (which hold back or drop text) context is appended
 instead, and the session keeps the first tokens and the most recent window when the slot fills
 (sink + window). A prompt (a TextFrame, or the configured `ask` at each context checkpoint and,
@@ -251,19 +252,23 @@ class LMStage(Stage):
 
     def _trim(self, st: _StreamState) -> int:
         """Keep the windows within the slot, less room for a question and its answer: drop
-        the oldest after the first down to half of that. Everything after a dropped window
-        moves, so it is recomputed: a half at once recomputes about one token per new one (a
-        quarter would cost three; a question waits for its session's recompute). Returns the
+        the oldest after the first. Where the engine moves the later windows' KV into the gap
+        (`truncation.removed_windows: move`, the default) a trim costs a copy of the slot's
+        rows, so it drops down to 3/4 of that room; where it recomputes everything after a
+        dropped window, down to half (a recompute of about one token per new one; a quarter
+        would cost three; a question waits for its session's recompute). Returns the
         context's tokens after trimming."""
         assert self.engine is not None
+        lm = self.engine.config
         room = self.engine.pool.max_tokens
         budget = max(room // 4, room - self.config.max_new_tokens - _QUESTION_ROOM)
         total = sum(len(w.ids) for w in st.windows.values())
         if total <= budget:
             return total
+        target = budget * 3 // 4 if lm.truncation.removed_windows == "move" else budget // 2
         keys = list(st.windows)[1:-1]  # never the first (sinks) nor the newest
         for key in keys:
-            if total <= budget // 2:
+            if total <= target:
                 break
             total -= len(st.windows.pop(key).ids)
         return total
