@@ -5,6 +5,7 @@ over HTTP on loopback while a real (synthetic) pipeline runs."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import socket
 import urllib.request
@@ -174,6 +175,7 @@ def test_lm_engine_metrics_tokens_rate_and_kv_occupancy() -> None:
     from streamfuse.telemetry.metrics import watch_lm_engine
     from streamfuse.testing.tiny_lm import tiny_model
 
+    gc.collect()  # engines of earlier tests, no longer referenced, stop reporting
     tel = telemetry.setup(TelemetryConfig(prometheus_port=0))
     assert tel is not None and tel.prometheus_address is not None
     config = LMConfig.model_validate({"pool": {"num_slots": 4, "max_tokens": 64}})

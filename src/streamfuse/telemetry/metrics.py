@@ -213,10 +213,13 @@ def _observe_models(options: CallbackOptions) -> Iterable[Observation]:
                 yield Observation(1, info.metric_attributes(stage.name))
 
 
+# Every live engine counts into one series each (observations with the same attributes are
+# not added up by the SDK: the last engine seen would win).
 def _observe_lm_tokens(options: CallbackOptions) -> Iterable[Observation]:
-    for engine in list(_engines):
-        yield Observation(engine.stats.prefill_tokens, {"kind": "prefill"})
-        yield Observation(engine.stats.decode_tokens, {"kind": "decode"})
+    engines = list(_engines)
+    if engines:
+        yield Observation(sum(e.stats.prefill_tokens for e in engines), {"kind": "prefill"})
+        yield Observation(sum(e.stats.decode_tokens for e in engines), {"kind": "decode"})
 
 
 class _Deltas:
@@ -241,23 +244,28 @@ _deltas = _Deltas()
 
 
 def _observe_lm_rate(options: CallbackOptions) -> Iterable[Observation]:
+    tokens = seconds = 0.0
     for engine in list(_engines):
         stats = engine.stats
         d = _deltas.since_last(("lm", id(engine)), stats.decode_tokens, stats.forward_s)
-        if d is not None and d[1] > 0:
-            yield Observation(d[0] / d[1])
+        if d is not None:
+            tokens, seconds = tokens + d[0], seconds + d[1]
+    if seconds > 0:
+        yield Observation(tokens / seconds)
 
 
 def _observe_kv_slots(options: CallbackOptions) -> Iterable[Observation]:
-    for engine in list(_engines):
-        pool = engine.pool
-        yield Observation((pool.num_slots - pool.num_free) / pool.num_slots)
+    pools = [e.pool for e in list(_engines)]
+    if pools:
+        held = sum(p.num_slots - p.num_free for p in pools)
+        yield Observation(held / sum(p.num_slots for p in pools))
 
 
 def _observe_kv_tokens(options: CallbackOptions) -> Iterable[Observation]:
-    for engine in list(_engines):
-        pool = engine.pool
-        yield Observation(pool.used_tokens / (pool.num_slots * pool.max_tokens))
+    pools = [e.pool for e in list(_engines)]
+    if pools:
+        used = sum(p.used_tokens for p in pools)
+        yield Observation(used / sum(p.num_slots * p.max_tokens for p in pools))
 
 
 _process = psutil.Process()
