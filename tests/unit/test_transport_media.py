@@ -176,7 +176,7 @@ def test_unchanged_patches_are_copied_from_the_clouds_last_key_frame_across_a_ca
     None
 ):
     frame, boxes = _big_text_slide()
-    config = TransportConfig(text_px=0)
+    config = TransportConfig(text_px=0, noisy_text_px=0)
     first = encode_patches(frame, boxes, 1.0, config)
     held = decode_patches(first.payload, first.shape, stream_id="s", arrival_wall=0.0)
     reference = Reference(frame.index, held.image[..., 0])

@@ -253,7 +253,7 @@ def encode_patches(
     noisy = noise_sigma(grey) >= config.denoise_min_sigma
     scale = max(config.min_scale, text_scale(text_boxes, config, noisy=noisy) * scale_factor)
     sw, sh = max(1, round(w * scale)), max(1, round(h * scale))
-    if config.denoise_px > 1 and config.grey_levels < 256 and noisy:
+    if config.denoise_px > 1 and config.noisy_grey_levels < 256 and noisy:
         k_px = config.denoise_px | 1
         grey = cv2.GaussianBlur(grey, (k_px, k_px), 0)
     shifted: np.ndarray | None = None
@@ -300,7 +300,7 @@ def encode_patches(
     kept = tiles[keep]
     lo = kept.min(axis=(1, 2)) if k else np.zeros(0, dtype=np.uint8)
     hi = kept.max(axis=(1, 2)) if k else np.zeros(0, dtype=np.uint8)
-    levels = config.grey_levels
+    levels = config.noisy_grey_levels if noisy else config.grey_levels
     codec = config.patch_codec
     if codec == "packed" and levels > 16:
         codec = "png"  # nothing to pack: 8-bit pixels
