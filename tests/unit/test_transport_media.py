@@ -5,6 +5,7 @@ media clock after decoding)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import lzma
 
 import av
@@ -21,6 +22,7 @@ from streamfuse.transport.config import TransportConfig
 from streamfuse.transport.patches import (
     _LZMA_FILTERS,
     _MAX_BODY,
+    PatchMessage,
     Reference,
     decode_patches,
     encode_patches,
@@ -311,3 +313,26 @@ def test_noisy_frames_are_denoised_before_quantization_and_clean_ones_are_not() 
         encode_patches(frame, boxes, 1.0, on).payload
         == encode_patches(frame, boxes, 1.0, off).payload
     )
+
+
+def test_noisy_frames_go_smaller_at_more_grey_levels_and_coarser_at_two() -> None:
+    frame, boxes = _big_text_slide()
+    grain = np.random.default_rng(4).normal(0, 4, frame.image.shape)
+    camera = dataclasses.replace(frame, image=np.clip(frame.image + grain, 0, 255).astype(np.uint8))
+    config = TransportConfig(text_px=30, noisy_text_px=20, noisy_grey_levels=4)
+
+    def levels(m: PatchMessage) -> int:  # as the message's metadata announces them
+        body = lzma.decompress(m.payload, format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS)
+        n = int.from_bytes(body[:4], "big")
+        return int(json.loads(body[4 : 4 + n])["levels"])
+
+    fine = encode_patches(camera, boxes, 1.0, config)
+    clean = encode_patches(frame, boxes, 1.0, config)
+    # Noisy: the smallest line 20 px tall (60 px -> 1/3) at 4 levels; clean: 30 px, 2 levels.
+    assert fine.scale == pytest.approx(1 / 3) and clean.scale == pytest.approx(0.5)
+    # The keep policy's coarser steps: 2 levels from the clean scale, each step smaller.
+    coarser = [encode_patches(camera, boxes, 1.0, config, None, f) for f in (0.8, 0.65)]
+    assert [m.scale for m in coarser] == [pytest.approx(0.4), pytest.approx(0.325)]
+    sizes = [len(m.payload) for m in (fine, *coarser)]
+    assert sizes == sorted(sizes, reverse=True)
+    assert levels(fine) == 4 and levels(coarser[0]) == levels(coarser[1]) == levels(clean) == 2

@@ -246,12 +246,15 @@ def encode_patches(
 ) -> PatchMessage:
     """`reference`: a key frame the cloud holds; patches that match it (after the camera's
     global shift) are not sent but copied from it there. `scale_factor`: the frame goes this
-    much smaller than `text_scale` says (the keep policy's coarser steps)."""
+    much smaller than `text_scale` says (the keep policy's coarser steps). A noisy frame sent
+    coarser drops to `grey_levels` and the clean frames' `text_px` first: at equal bytes, the
+    larger picture reads better than more grey levels (docs/edge-cloud.md)."""
     p = config.patch_px
     w, h = frame.size
     grey = cv2.cvtColor(frame.image, cv2.COLOR_RGB2GRAY)
     noisy = noise_sigma(grey) >= config.denoise_min_sigma
-    scale = max(config.min_scale, text_scale(text_boxes, config, noisy=noisy) * scale_factor)
+    fine = noisy and scale_factor >= 1.0  # the noisy coding: more grey levels, smaller
+    scale = max(config.min_scale, text_scale(text_boxes, config, noisy=fine) * scale_factor)
     sw, sh = max(1, round(w * scale)), max(1, round(h * scale))
     if config.denoise_px > 1 and config.noisy_grey_levels < 256 and noisy:
         k_px = config.denoise_px | 1
@@ -300,7 +303,7 @@ def encode_patches(
     kept = tiles[keep]
     lo = kept.min(axis=(1, 2)) if k else np.zeros(0, dtype=np.uint8)
     hi = kept.max(axis=(1, 2)) if k else np.zeros(0, dtype=np.uint8)
-    levels = config.noisy_grey_levels if noisy else config.grey_levels
+    levels = config.noisy_grey_levels if fine else config.grey_levels
     codec = config.patch_codec
     if codec == "packed" and levels > 16:
         codec = "png"  # nothing to pack: 8-bit pixels
