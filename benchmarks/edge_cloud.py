@@ -832,6 +832,8 @@ def main() -> None:
             ocr_cer_cloud=split["ocr_cer"],
             asr_wer_local=local["asr_wer"],
             asr_wer_cloud=split["asr_wer"],
+            split_key_frames=report.key_frames,
+            split_key_frames_skipped=report.skipped_key_frames,
             split_video_bytes=report.video_bytes,
             split_audio_bytes=report.audio_bytes,
             split_speech_s=report.speech_s,
