@@ -116,8 +116,10 @@ class Edge:
             if config.key_gate
             else None
         )
-        #: Sequence of the last key frame sent (the gate's reference), None before the first.
+        #: Sequence of the last key frame sent (the gate's reference), None before the first,
+        #: and whether the cloud acknowledged it (remembered: the sender forgets old ACKs).
         self._gate_seq: int | None = None
+        self._gate_held = False
         self.detector = detector or TextBoxes(config.det_max_side_px)
         asr = asr or AsrConfig()
         self.speech = SpeechEncoder(
@@ -169,14 +171,17 @@ class Edge:
         since the last one sent and the cloud holds (or will hold) that one."""
         if self.gate is not None:
             gate = self.gate
-            if self._gate_seq is not None and self.sender.lost(self._gate_seq):
-                gate.reset()  # past its deadline: the cloud shows an older picture
+            if self._gate_seq is not None and not self._gate_held:
+                if self.sender.acked(self._gate_seq):
+                    self._gate_held = True
+                elif self.sender.lost(self._gate_seq):
+                    gate.reset()  # past its deadline: the cloud shows an older picture
             verdict = await asyncio.to_thread(gate.changed, key.image)
             if not verdict.changed:
                 self.report.skipped_key_frames += 1
                 return
             gate.accept(key.image)
-        self._gate_seq = await self.key_frame(key)
+        self._gate_seq, self._gate_held = await self.key_frame(key), False
 
     async def key_frame(self, key: KeyFrame) -> int:
         """Code and send `key` (sized by the keep policy); returns its sequence number."""

@@ -219,7 +219,7 @@ class _SenderBook:
     def lost(self, seq: int) -> bool:
         """Whether message `seq` was sent and given up (past its deadline, never acknowledged).
         Acknowledgements older than the last few hundred messages are forgotten: such a
-        message reads as lost (a caller resends what it stood for, once)."""
+        message reads as lost (remember `acked` where that matters)."""
         return seq < self._seq and seq not in self._out and seq not in self._acked
 
     def _note_acked(self, seq: int) -> None:
