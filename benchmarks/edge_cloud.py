@@ -478,7 +478,9 @@ def rate_accuracy(
     # Every key frame sent (no gate), and full size at 4 grey levels with every patch sent:
     # the finer points.
     every = config.model_copy(update={"key_gate": False})
-    fine = every.model_copy(update={"text_px": 0, "grey_levels": 4, "reuse_max_diff": 0.0})
+    fine = every.model_copy(
+        update={"text_px": 0, "noisy_text_px": 0, "grey_levels": 4, "reuse_max_diff": 0.0}
+    )
     for name, cfg in (("ours_every_key_frame", every), ("ours_full_size_4_levels", fine)):
         n_bytes, images, _ = code_key_frames(keys, boxes, cfg)
         row(name, n_bytes, [read(engine, i) for i in images])

@@ -336,3 +336,25 @@ def test_noisy_frames_go_smaller_at_more_grey_levels_and_coarser_at_two() -> Non
     sizes = [len(m.payload) for m in (fine, *coarser)]
     assert sizes == sorted(sizes, reverse=True)
     assert levels(fine) == 4 and levels(coarser[0]) == levels(coarser[1]) == levels(clean) == 2
+
+
+def test_cells_not_sent_take_the_paper_grey_around_them_not_one_grey_for_all() -> None:
+    # A page lit unevenly (paper 150 on the left to 230 on the right), two text columns.
+    frame, _ = _big_text_slide()
+    paper = np.linspace(150, 230, 640, dtype=np.float32)[None, :, None]
+    ink = frame.image < 128
+    image = np.where(ink, 20, np.broadcast_to(paper, frame.image.shape)).astype(np.uint8)
+    boxes = [(40, 40, 200, 100), (40, 200, 200, 260), (420, 40, 600, 100), (420, 200, 600, 260)]
+    page = dataclasses.replace(frame, image=np.ascontiguousarray(image))
+    config = TransportConfig(text_px=0, text_pad_px=0)
+    message = encode_patches(page, boxes, 1.0, config)
+    rebuilt = decode_patches(message.payload, message.shape, stream_id="s", arrival_wall=0.0)
+    grey = rebuilt.image[..., 0].astype(np.int16)
+    # Just left of each text block: the fill steps by less than a table rule's edge (12 grey
+    # levels) from the paper inside it; one median grey for all would step by ~30.
+    for x0, y0, _x1, y1 in boxes:
+        inside = grey[y0 + 2 : y1 - 2, x0 : x0 + 16].max()
+        outside = np.median(grey[y0 + 2 : y1 - 2, x0 - 24 : x0 - 8])
+        assert abs(int(inside) - outside) < 12, (x0, inside, outside)
+    # Far from any text the frame's median grey stays.
+    assert abs(int(np.median(grey[300:, :])) - int(np.median(image[..., 0]))) < 30

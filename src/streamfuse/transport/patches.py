@@ -392,6 +392,36 @@ def _tiles(atlas: np.ndarray, k: int, p: int) -> np.ndarray:
     return atlas.reshape(a_rows, p, a_cols, p).transpose(0, 2, 1, 3).reshape(-1, p, p)[:k]
 
 
+#: Largest difference from the frame's median grey that a patch's paper level may show.
+_PAPER_RANGE = 64
+
+
+def _fill_paper(canvas: np.ndarray, filled: np.ndarray, bg: int, rows: int, cols: int) -> None:
+    """Fill the cells not sent (`canvas` holds `bg` there) with the paper grey of the patches
+    around them: under a camera's uneven lighting one grey for all would leave straight steps
+    along the patch grid, which the OCR's layout takes for the rules of a table. A patch's
+    paper is whichever end of its range lies nearer the frame's median; cells with no patch
+    near keep the median."""
+    if not filled.any() or filled.all():
+        return
+    tiles = canvas[filled]
+    dark = tiles.min(axis=(1, 2)).astype(np.float32)
+    light = tiles.max(axis=(1, 2)).astype(np.float32)
+    paper = np.where(np.abs(light - bg) <= np.abs(dark - bg), light, dark)
+    # A patch all ink (no paper in it) says nothing about the paper: only levels within what
+    # lighting does to a page (a vignette's corners ~25% darker) count.
+    trusted = np.abs(paper - bg) <= _PAPER_RANGE
+    level = np.zeros(rows * cols, dtype=np.float32)
+    weight = np.zeros(rows * cols, dtype=np.float32)
+    level[filled], weight[filled] = np.where(trusted, paper, 0.0), trusted
+    # Normalized convolution: the weighted mean of the paper levels within a few cells.
+    blur = cv2.GaussianBlur(level.reshape(rows, cols), (0, 0), 2.0).ravel()
+    near = cv2.GaussianBlur(weight.reshape(rows, cols), (0, 0), 2.0).ravel()
+    fill = np.where(near > 0.05, blur / np.maximum(near, 1e-6), float(bg))
+    empty = ~filled
+    canvas[empty] = np.clip(np.rint(fill[empty]), 0, 255).astype(np.uint8)[:, None, None]
+
+
 def decode_patches(
     payload: bytes,
     shape: tuple[int, ...],
@@ -480,6 +510,7 @@ def decode_patches(
             span = np.maximum(hi.astype(np.float32) - lo, 1)[:, None, None]
             tiles = np.clip(np.rint(lo_f + tiles / 255 * span), 0, 255)
         canvas[keep] = tiles.astype(np.uint8)
+    _fill_paper(canvas, keep | reuse, bg, rows, cols)
     sheet = canvas.reshape(rows, cols, p, p).transpose(0, 2, 1, 3).reshape(rows * p, cols * p)
     grey: np.ndarray = sheet[:sh, :sw]
     if (sw, sh) != (w, h):
