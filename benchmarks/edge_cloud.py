@@ -49,7 +49,7 @@ if __name__ == "__main__":
 from streamfuse.app import StreamfuseConfig, build_pipeline, run_job  # noqa: E402
 from streamfuse.assets import demo_files  # noqa: E402
 from streamfuse.clock import now_wall  # noqa: E402
-from streamfuse.evaluation import evaluate, load_truth  # noqa: E402
+from streamfuse.evaluation import evaluate, load_truth, ocr_cer  # noqa: E402
 from streamfuse.frames import AudioFrame, VideoFrame  # noqa: E402
 from streamfuse.sinks import CollectSink  # noqa: E402
 from streamfuse.sources.media import MonoResampler  # noqa: E402
@@ -448,6 +448,25 @@ def truth_cer(truth: Any, times: list[float], texts: list[str], until_s: float) 
         e, n = char_errors(" ".join(slide.lines), hyp)
         edits, chars = edits + e, chars + n
     return edits / max(1, chars)
+
+
+def camera_events(clip: Path, truth: Any, seconds: float) -> dict[str, Any]:
+    """A local run and the split (through the 5%-loss proxy) on a camera clip, their OCR events
+    scored against the truth of the slides shown in it (the whole OCR stage: layout too)."""
+    shown = truth.model_copy(update={"ocr": [s for s in truth.ocr if s.t_start < seconds]})
+    local_records = asyncio.run(local_run(clip))
+    local = ocr_cer(shown, local_records)
+    records, report, _link = asyncio.run(split_run(clip, LOSS5_FAULTS))
+    cloud = ocr_cer(shown, records)
+    return {
+        "ocr_cer_local": round(local["ocr_cer"], 4),
+        "ocr_cer_cloud": round(cloud["ocr_cer"], 4),
+        "ocr_events_local": sum(1 for r in local_records if r.get("type") == "ocr"),
+        "ocr_events_cloud": sum(1 for r in records if r.get("type") == "ocr"),
+        "key_frames_sent": report.key_frames,
+        "key_frames_skipped": report.skipped_key_frames,
+        "video_bytes": report.video_bytes,
+    }
 
 
 def rate_accuracy(
@@ -1021,6 +1040,11 @@ def main() -> None:
                 truth,
             )
             out["bytes_ratio_vs_best_h264_camera"] = out["camera"]["bytes_ratio_vs_best_h264"]
+            events = camera_events(camera, truth, out["camera"]["seconds"])
+            out["camera"]["events"] = events
+            out["ocr_cer_local_camera"] = events["ocr_cer_local"]
+            out["ocr_cer_cloud_camera"] = events["ocr_cer_cloud"]
+            log(f"camera-like clip, local run vs the split through the proxy: {events}")
             log(
                 f"camera-like clip: ratio vs best H.264 {out['camera']['bytes_ratio_vs_best_h264']}"
                 f" (full size, 4 levels: "
