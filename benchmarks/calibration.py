@@ -19,12 +19,17 @@ Labelled runs (every clip through `streamfuse.app.build_pipeline`, offline, defa
   word the same, 1 - conf when it spells it differently; the joint is the entropy-weighted pool
   of both (`streamfuse.text.calibration.fit_joint`, fitted on dev terms).
 
-Raw scores are `conf_raw` / `p_raw` (what the recognizers give); calibrators are fitted on dev
-samples only (method picked by 5-fold CV ECE), then ECE (10 bins), Brier and reliability bins are
-reported on held-out samples. `--write-assets` stores the calibrators in the package,
-`--plots DIR` draws reliability diagrams (matplotlib). Last line: one JSON object.
+Raw scores are `conf_raw` / `p_raw` (what the recognizers give); every sample also carries the
+features the stages compute when they emit (`ocr_line_features` / `asr_word_features`, rebuilt
+here from the records). Candidates - temperature, Platt, isotonic on the raw score; ridge
+logistic regressions on all features or a compact set, three penalties each - are scored by
+5-fold cross-validation on the fit samples with whole clips per fold, and the one with the
+lowest cross-validated Brier score is shipped. Held-out samples never choose anything: on them
+ECE (10 bins), Brier, AUROC, the spread of the probabilities and a clip-bootstrap 95 % interval
+of ECE(calibrated) / ECE(raw) are reported. `--write-assets` stores the calibrators in the
+package, `--plots DIR` draws reliability diagrams (matplotlib). Last line: one JSON object.
 
-    python benchmarks/calibration.py [--quick] [--write-assets] [--plots docs/calibration]
+    python benchmarks/calibration.py [--quick] [--cache DIR] [--write-assets] [--plots DIR]
 """
 
 from __future__ import annotations
@@ -34,7 +39,6 @@ import asyncio
 import dataclasses
 import json
 import logging
-import platform
 import sys
 import tempfile
 import time
@@ -74,6 +78,14 @@ FIT_VOICES = [
     "en-gb+m7",
     "en-us+klatt",
     "en+f4",
+    "en-gb+grandpa",
+    "en-us+Andy",
+    "en-029+f5",
+    "en-us-nyc+m2",
+    "en-gb+Gene",
+    "en+Mr",
+    "en-us+f2",
+    "en-gb+klatt",
 ]
 NOISES = [("white", 20), ("pink", 12), ("brown", 8), ("babble", 15), ("white", 8), ("none", None)]
 STOPWORDS = frozenset(
@@ -170,6 +182,7 @@ class OcrSample:
     cer: float
     text: str
     truth: str
+    feats: dict[str, float]  # streamfuse.text.calibration.ocr_line_features
 
 
 @dataclass
@@ -180,6 +193,7 @@ class AsrSample:
     right: bool
     word: str
     t: float
+    feats: dict[str, float]  # streamfuse.text.calibration.asr_word_features
 
 
 # -- running the pipeline --------------------------------------------------------------------------
@@ -235,6 +249,52 @@ def _collapse(s: str) -> str:
     return " ".join(s.split())
 
 
+def line_features(rec: dict[str, Any], ln: dict[str, Any]) -> dict[str, float]:
+    """An `ocr` record's line's calibration features, as the OCR stage computes them."""
+    from streamfuse.text.calibration import ocr_line_features
+
+    return ocr_line_features(
+        ln["text"],
+        ln["box"],
+        _raw(ln, "conf"),
+        scale=float(rec["scale"]),
+        mean_conf=rec.get("mean_conf"),
+        n_lines=len(rec["lines"]),
+    )
+
+
+_TOKEN_COUNT: Any = None
+
+
+def token_count(word: str) -> int:
+    """Whisper's token count for `word` (the default model's tokenizer, as the ASR stage asks)."""
+    global _TOKEN_COUNT
+    if _TOKEN_COUNT is None:
+        from streamfuse.audio import AsrConfig
+        from streamfuse.audio.transcriber import WhisperTranscriber
+
+        _TOKEN_COUNT = WhisperTranscriber(AsrConfig()).token_count
+    return int(_TOKEN_COUNT(word))
+
+
+def word_features(records: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, float]]]:
+    """Every committed word of a run with its calibration features, as the ASR stage computes
+    them when it emits the word's event (the stream's latest raw p, this event's included)."""
+    from streamfuse.text.calibration import ASR_RECENT_WORDS, asr_core, asr_word_features
+
+    out = []
+    recent: list[float] = []
+    for rec in records:
+        if rec.get("type") != "asr":
+            continue
+        recent = (recent + [_raw(w, "p") for w in rec["words"]])[-ASR_RECENT_WORDS:]
+        for w in rec["words"]:
+            core = asr_core(w["word"])
+            tokens = token_count(core) if core else 2
+            out.append((w, asr_word_features(w["word"], _raw(w, "p"), recent, tokens)))
+    return out
+
+
 def ocr_samples(
     records: list[dict[str, Any]], truth: dict[str, Any], split: str, clip: str, variant: str
 ) -> list[OcrSample]:
@@ -260,6 +320,7 @@ def ocr_samples(
                     cer=cer(best, text, ignore_whitespace=True),
                     text=text,
                     truth=_collapse(best),
+                    feats=line_features(rec, ln),
                 )
             )
     return out
@@ -278,7 +339,8 @@ def asr_samples(
     from rapidfuzz.distance import Levenshtein
 
     ref = _norm_tokens(" ".join(u["text"] for u in truth["asr"]))
-    words = [w for rec in records if rec.get("type") == "asr" for w in rec["words"]]
+    featured = word_features(records)
+    words = [w for w, _ in featured]
     hyp: list[str] = []
     owner: list[int] = []
     for i, w in enumerate(words):
@@ -302,6 +364,7 @@ def asr_samples(
                 right=bool(hit[mine].all()),
                 word=" ".join(hyp[k] for k in mine),
                 t=float(w["t_start"]),
+                feats=featured[i][1],
             )
         )
     return out
@@ -339,7 +402,7 @@ def slide_video(
     from the faces the OCR set keeps for its held-out split), each slide degraded its own way
     (drawn small, at a lower resolution scaled back up, blurred, grainy: the fit needs
     misreadings), 2 s each; returns each slide's span."""
-    from PIL import Image, ImageDraw, ImageFilter
+    from PIL import Image, ImageDraw
 
     from make_demo_clip import TextBlock, _draw_block
     from make_ocr_hard_set import encode_stills
@@ -351,25 +414,98 @@ def slide_video(
     images = []
     for slide in truth["ocr"]:
         size = int(rng.choice([14, 17, 20, 24, 30]))
-        scale = float(rng.choice([0.4, 0.5, 0.7, 1.0]))
         img = Image.new("RGB", (1280, 720), bg)
         draw = ImageDraw.Draw(img)
         title, *body = slide["lines"]
         _draw_block(draw, TextBlock((title,), title_font, size + 14, ink, 80, 70))
         _draw_block(draw, TextBlock(tuple(body), font, size, ink, 100, 200))
-        if scale < 1.0:
-            small = img.resize((round(1280 * scale), round(720 * scale)), Image.BILINEAR)
-            img = small.resize((1280, 720), Image.BILINEAR)
-        blur = float(rng.choice([0.0, 0.7, 1.2]))
-        if blur:
-            img = img.filter(ImageFilter.GaussianBlur(blur))
-        grain = float(rng.choice([0.0, 8.0, 16.0]))
-        if grain:
-            px = np.asarray(img, np.float32) + rng.normal(0.0, grain, (720, 1280, 1))
-            img = Image.fromarray(np.clip(px, 0, 255).astype(np.uint8))
-        images.append(img)
+        images.append(degrade(img, rng))
     encode_stills(path, images, 2.0, 30)
     return [(2.0 * i, 2.0 * (i + 1)) for i in range(len(images))]
+
+
+def degrade(img: Any, rng: np.random.Generator) -> Any:
+    """Drawn at a lower resolution scaled back up, blurred, grainy, or none of these (the fit
+    needs misreadings); every draw from `rng`."""
+    from PIL import Image, ImageFilter
+
+    scale = float(rng.choice([0.4, 0.5, 0.7, 1.0]))
+    if scale < 1.0:
+        small = img.resize((round(1280 * scale), round(720 * scale)), Image.BILINEAR)
+        img = small.resize((1280, 720), Image.BILINEAR)
+    blur = float(rng.choice([0.0, 0.7, 1.2]))
+    if blur:
+        img = img.filter(ImageFilter.GaussianBlur(blur))
+    grain = float(rng.choice([0.0, 8.0, 16.0]))
+    if grain:
+        px = np.asarray(img, np.float32) + rng.normal(0.0, grain, (720, 1280, 1))
+        img = Image.fromarray(np.clip(px, 0, 255).astype(np.uint8))
+    return img
+
+
+def redrawn_clip(seed: int, path: Path, held_out: bool) -> dict[str, Any]:
+    """Three slides of the OCR set (tables, code, photos with captions, columns, small print)
+    drawn again in other faces, a little smaller, degraded as `degrade` does, 2 s each; returns
+    the clip's truth. Fit clips redraw `dev` slides in fitting faces (the dev clips themselves
+    are read without a single error: no misreading to fit on); held-out clips redraw `heldout`
+    and `fresh` slides in the held-out faces (more independent held-out clips than the five)."""
+    from make_demo_clip import AssetBuildError, TextBlock
+    from make_ocr_hard_set import (
+        Photo,
+        Table,
+        dev_slides,
+        encode_stills,
+        fresh_slides,
+        heldout_slides,
+        render,
+    )
+
+    rng = np.random.default_rng(seed)
+    pairs = HELDOUT_FONTS if held_out else SLIDE_FONTS
+    faces = sorted({f for pair in pairs for f in pair if "mono" not in f})
+    monos = sorted({f for pair in pairs for f in pair if "mono" in f})
+    slides = heldout_slides() + fresh_slides() if held_out else dev_slides()
+    images, truth = [], []
+    for i, k in enumerate(rng.choice(len(slides), 3, replace=False)):
+        slide = slides[int(k)]
+        shrink = float(rng.choice([0.75, 0.85, 1.0]))
+        items = []
+        for it in slide.items:
+            pool = monos if "mono" in getattr(it, "font", "") else faces
+            face = pool[int(rng.integers(len(pool)))]
+            size = max(11, round(it.size_px * shrink))
+            if isinstance(it, Table):
+                it = dataclasses.replace(it, font=face, header_font=face, size_px=size)
+            elif isinstance(it, (TextBlock, Photo)):
+                it = dataclasses.replace(it, font=face, size_px=size)
+            items.append(it)
+        try:
+            img = render(dataclasses.replace(slide, items=tuple(items)))
+            lines = dataclasses.replace(slide, items=tuple(items)).truth_lines()
+        except AssetBuildError:  # a caption no longer fits its photo in this face
+            img, lines = render(slide), slide.truth_lines()
+        images.append(degrade(img, rng))
+        truth.append({"t_start": 2.0 * i, "t_end": 2.0 * (i + 1), "lines": lines})
+    encode_stills(path, images, 2.0, 30)
+    return {"ocr": truth}
+
+
+def collect_redraws(args: argparse.Namespace, workdir: Path) -> list[dict[str, Any]]:
+    """OCR samples of `args.redraws` redrawn clips per split (fit: dev slides; held-out:
+    heldout and fresh slides), each clip under one vision policy."""
+    variants = args.variants.split(",")
+    out: list[OcrSample] = []
+    for split, base in (("fit", 7000), ("eval", 8000)):
+        for k in range(args.redraws):
+            seed = args.seed + base + k
+            video = workdir / f"redraw-{seed}.mp4"
+            truth = redrawn_clip(seed, video, held_out=split == "eval")
+            variant = variants[k % len(variants)]
+            key = f"redraw-{seed}-{variant}"
+            recs = run_clip(video, ocr=True, asr=False, vision=VARIANTS[variant], key=key)
+            out += ocr_samples(recs, truth, split, f"redraw-{seed}", variant)
+            log.info("redrawn %s clip %d: %d readings", split, k, len(recs))
+    return [asdict(s) for s in out]
 
 
 # -- collection -----------------------------------------------------------------------------------
@@ -506,24 +642,24 @@ def shared_terms(run: dict[str, Any], ocr_cal: Any, asr_cal: Any) -> list[dict[s
         on = [r for r in readings if slide["t_start"] <= r["t_start"] < slide["t_end"]]
         if not on:
             continue
-        best: tuple[float, str, float] | None = None
+        best: tuple[float, str, dict[str, Any]] | None = None
         for ln in on[-1]["lines"]:
-            conf = _raw(ln, "conf")
             for tok in _norm_tokens(ln["text"]):
                 sim = Levenshtein.normalized_similarity(tok, w.word)
                 if best is None or sim > best[0]:
-                    best = (sim, tok, conf)
+                    best = (sim, tok, ln)
         if best is None or best[0] < 0.75:
             continue
-        p_ocr = float(ocr_cal.apply([best[2]])[0])
+        ln = best[2]
+        p_ocr = predict(ocr_cal, [line_features(on[-1], ln)], [_raw(ln, "conf")])[0]
         out.append(
             {
                 "split": run["split"],
                 "clip": run["clip"],
                 "word": w.word,
                 "ocr_word": best[1],
-                "p_asr": float(asr_cal.apply([w.p])[0]),
-                "p_ocr": p_ocr if best[1] == w.word else 1.0 - p_ocr,
+                "p_asr": float(predict(asr_cal, [w.feats], [w.p])[0]),
+                "p_ocr": float(p_ocr if best[1] == w.word else 1.0 - p_ocr),
                 "right": w.right,
             }
         )
@@ -532,6 +668,20 @@ def shared_terms(run: dict[str, Any], ocr_cal: Any, asr_cal: Any) -> list[dict[s
 
 # -- scoring ---------------------------------------------------------------------------------------
 
+#: Ridge penalties the feature calibrators are tried with (picked by grouped cross-validation).
+L2_GRID = (1e-3, 1e-2, 1e-1)
+FOLDS = 5
+
+
+def predict(cal: Any, feats: list[dict[str, float]], p: Iterable[float]) -> np.ndarray:
+    """Calibrated probabilities: a `FeatureCalibrator` reads the features, a raw-score
+    `Calibrator` the raw scores."""
+    from streamfuse.text.calibration import FeatureCalibrator
+
+    if isinstance(cal, FeatureCalibrator):
+        return np.asarray(cal.apply(cal.matrix(feats)), float)
+    return np.asarray(cal.apply(np.asarray(list(p), float)), float)
+
 
 def _pairs(terms: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
     """(n, 2) probabilities (speech, screen) and the labels of shared terms."""
@@ -539,35 +689,214 @@ def _pairs(terms: list[dict[str, Any]]) -> tuple[np.ndarray, np.ndarray]:
     return p, np.array([t["right"] for t in terms], float)
 
 
-def _scores(p: Iterable[float], y: Iterable[bool]) -> dict[str, float]:
-    from streamfuse.text.calibration import brier, ece
+def _scores(p: Iterable[float], y: Iterable[bool]) -> dict[str, Any]:
+    """ECE, Brier, AUROC (ranking: a calibrator that gave everyone the mean accuracy would have
+    0.5) and the spread of the probabilities (sharpness: their standard deviation)."""
+    from streamfuse.text.calibration import auroc, brier, ece
 
     pa, ya = np.asarray(list(p), float), np.asarray(list(y), float)
-    return {"ece": round(ece(pa, ya), 4), "brier": round(brier(pa, ya), 4), "n": int(pa.size)}
+    a = auroc(pa, ya)
+    return {
+        "ece": round(ece(pa, ya), 4),
+        "brier": round(brier(pa, ya), 4),
+        "auroc": None if a is None else round(a, 4),
+        "sd": round(float(pa.std()), 4),
+        "n": int(pa.size),
+    }
+
+
+def fast_ece(p: np.ndarray, y: np.ndarray, n_bins: int = 10) -> float:
+    """`streamfuse.text.calibration.ece` without the per-bin records (for the bootstrap)."""
+    idx = np.clip(np.digitize(p, np.linspace(0, 1, n_bins + 1)[1:-1]), 0, n_bins - 1)
+    n = np.bincount(idx, minlength=n_bins)
+    gap = np.abs(np.bincount(idx, y, n_bins) - np.bincount(idx, p, n_bins))
+    return float(gap.sum() / max(n.sum(), 1))
+
+
+def bootstrap_ratio(
+    raw: np.ndarray, cal: np.ndarray, y: np.ndarray, groups: np.ndarray, reps: int, seed: int
+) -> dict[str, float]:
+    """95 % interval of ECE(calibrated) / ECE(raw) on held-out, resampling whole clips (a
+    clip's lines and words are not independent: one misread table row repeats under every
+    vision policy), and the share of resamples where the ratio is at most 0.5."""
+    rng = np.random.default_rng(seed)
+    names = np.unique(groups)
+    members = [np.flatnonzero(groups == g) for g in names]
+    ratios = []
+    for _ in range(reps):
+        idx = np.concatenate([members[k] for k in rng.integers(len(names), size=len(names))])
+        before = fast_ece(raw[idx], y[idx])
+        ratios.append(fast_ece(cal[idx], y[idx]) / max(before, 1e-9))
+    r = np.asarray(ratios)
+    return {
+        "lo": round(float(np.quantile(r, 0.025)), 3),
+        "hi": round(float(np.quantile(r, 0.975)), 3),
+        "p_le_half": round(float(np.mean(r <= 0.5)), 3),
+        "clips": len(names),
+        "reps": reps,
+    }
+
+
+#: Smaller feature sets also tried (a few dozen wrong lines cannot support ten weights).
+COMPACT = {
+    "ocr": ("logit_conf", "log_height_px", "width_per_char", "known_words"),
+    "asr": ("logit_p", "recent_mean_p", "tokens", "known"),
+}
+
+
+def candidates(names: list[str], compact: tuple[str, ...]) -> dict[str, Any]:
+    """name -> fit(p, x, y): the raw-score maps and the feature logistic regressions (all the
+    features, or the `compact` ones; x always holds all `names`)."""
+    from streamfuse.text.calibration import FITTERS, fit_logistic
+
+    out: dict[str, Any] = {m: (lambda p, x, y, f=f: f(p, y)) for m, f in FITTERS.items()}
+    cols = [names.index(f) for f in compact]
+    for l2 in L2_GRID:
+        out[f"logistic l2={l2:g}"] = lambda p, x, y, l2=l2: fit_logistic(x, y, names, l2=l2)
+        out[f"logistic-compact l2={l2:g}"] = lambda p, x, y, l2=l2: fit_logistic(
+            x[:, cols], y, compact, l2=l2
+        )
+    return out
+
+
+def grouped_cv(
+    p: np.ndarray,
+    x: np.ndarray,
+    y: np.ndarray,
+    groups: np.ndarray,
+    seed: int,
+    feature_names: list[str],
+    compact: tuple[str, ...],
+) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
+    """Each candidate's out-of-fold ECE and Brier on the fitting samples, folds made of whole
+    clips (so a candidate is judged on clips it did not see, as held-out will judge it)."""
+    from streamfuse.text.calibration import brier
+
+    names = np.unique(groups)
+    fold_of = dict(
+        zip(names, np.random.default_rng(seed).permutation(len(names)) % FOLDS, strict=True)
+    )
+    fold = np.array([fold_of[g] for g in groups])
+    scores = {}
+    fitters = candidates(feature_names, compact)
+    for name, fit in fitters.items():
+        pred = np.empty_like(p)
+        for k in range(FOLDS):
+            test = fold == k
+            if not test.any():
+                continue
+            model = fit(p[~test], x[~test], y[~test])
+            pred[test] = _apply(model, x[test], p[test], feature_names)
+        scores[name] = {"ece": round(fast_ece(pred, y), 4), "brier": round(brier(pred, y), 4)}
+    return scores, fitters
+
+
+def _apply(model: Any, x: np.ndarray, p: np.ndarray, names: list[str]) -> np.ndarray:
+    """`model` on samples: x's columns are the features `names`, p the raw scores."""
+    from streamfuse.text.calibration import FeatureCalibrator
+
+    if isinstance(model, FeatureCalibrator):
+        cols = [names.index(f) for f in model.features]
+        return np.asarray(model.apply(x[:, cols]), float)
+    return np.asarray(model.apply(p), float)
+
+
+def _source(clip: str) -> str:
+    if clip.startswith("slides-"):
+        return "slides drawn again"
+    if clip.startswith("human-"):
+        return "human reader"
+    if clip.startswith("redraw-"):
+        return "OCR set drawn again"
+    return "OCR set" if clip.split("_")[0] in ("dev", "heldout", "fresh") else "generated speech"
 
 
 def calibrate(
-    name: str, p_fit: np.ndarray, y_fit: np.ndarray, p_ev: np.ndarray, y_ev: np.ndarray, target: str
-) -> tuple[Any, dict[str, Any]]:
-    from streamfuse.text.calibration import FITTERS, fit_best
-
-    cal, cv = fit_best(p_fit, y_fit, target=target)
-    row: dict[str, Any] = {
-        "fit": {"n": int(p_fit.size), "positives": round(float(y_fit.mean()), 4)},
-        "heldout_positives": round(float(y_ev.mean()), 4),
-        "raw": _scores(p_ev, y_ev),
-        "cv_ece": {k: round(v, 4) for k, v in cv.items()},
-        "chosen": cal.method,
-        "after": _scores(cal.apply(p_ev), y_ev),
-    }
-    for m, fitter in FITTERS.items():  # every method on held-out, for the write-up
-        row[m] = _scores(fitter(p_fit, y_fit).apply(p_ev), y_ev)
-    print(
-        f"{name:4s} held-out n={row['raw']['n']:5d}  ECE raw {row['raw']['ece']:.4f} -> "
-        f"{cal.method} {row['after']['ece']:.4f}   Brier {row['raw']['brier']:.4f} -> "
-        f"{row['after']['brier']:.4f}   (fit n={p_fit.size})"
+    name: str,
+    samples: list[dict[str, Any]],
+    labels: np.ndarray,
+    feature_names: tuple[str, ...],
+    target: str,
+    seed: int,
+) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:
+    """Fit every candidate on the fit samples, pick the one with the lowest grouped-CV Brier,
+    score raw / chosen / every candidate on held-out. Returns the chosen calibrator, the
+    result row and the held-out arrays (raw, chosen, labels) for plots."""
+    names = list(feature_names)
+    score_field = "conf" if name == "ocr" else "p"
+    p = np.array([s[score_field] for s in samples], float)
+    x = np.array([[s["feats"][f] for f in feature_names] for s in samples], float)
+    fit = np.array([s["split"] == "fit" for s in samples])
+    groups = np.array([s["clip"] for s in samples])
+    y = labels.astype(float)
+    cv, fitters = grouped_cv(
+        p[fit], x[fit], y[fit], groups[fit], seed, list(feature_names), COMPACT[name]
     )
-    return cal, row
+    # Chosen by the cross-validated Brier score, a proper score: it rewards calibration and
+    # sharpness together (ECE alone is noisy across folds and blind to a constant predictor).
+    chosen = min(cv, key=lambda k: cv[k]["brier"])
+    cal = fitters[chosen](p[fit], x[fit], y[fit])
+    cal = cal.model_copy(update={"target": target})
+    ev = ~fit
+    after = _apply(cal, x[ev], p[ev], names)
+    row: dict[str, Any] = {
+        "fit": {
+            "n": int(fit.sum()),
+            "positives": round(float(y[fit].mean()), 4),
+            "clips": len(np.unique(groups[fit])),
+        },
+        "heldout": {
+            "n": int(ev.sum()),
+            "positives": round(float(y[ev].mean()), 4),
+            "clips": len(np.unique(groups[ev])),
+        },
+        "cv": cv,
+        "chosen": chosen,
+        "raw": _scores(p[ev], y[ev]),
+        "after": _scores(after, y[ev]),
+        "ratio_ci": bootstrap_ratio(p[ev], after, y[ev], groups[ev], 1000, seed),
+        "heldout_by_method": {},
+    }
+    # Where the held-out samples come from: the OCR set's clips vs the speech set's slides
+    # drawn again; generated voices vs the human reader.
+    source = np.array([_source(g) for g in groups[ev]])
+    row["heldout_by_source"] = {
+        src: {
+            "raw": _scores(p[ev][source == src], y[ev][source == src]),
+            "after": _scores(after[source == src], y[ev][source == src]),
+        }
+        for src in sorted(set(source))
+    }
+    grown = source == "OCR set drawn again"
+    if grown.any():  # the held-out set as it was before the redrawn clips were added
+        keep = ~grown
+        row["heldout_before_growth"] = {
+            "raw": _scores(p[ev][keep], y[ev][keep]),
+            "after": _scores(after[keep], y[ev][keep]),
+            "ratio_ci": bootstrap_ratio(
+                p[ev][keep], after[keep], y[ev][keep], groups[ev][keep], 1000, seed
+            ),
+        }
+    for m, f in fitters.items():  # every candidate on held-out, for the write-up (not to choose)
+        row["heldout_by_method"][m] = _scores(
+            _apply(f(p[fit], x[fit], y[fit]), x[ev], p[ev], names), y[ev]
+        )
+    if hasattr(cal, "coef"):
+        row["coef"] = dict(zip(cal.features, [round(c, 3) for c in cal.coef], strict=True))
+    print(
+        f"{name:4s} held-out n={row['raw']['n']:5d} ({row['heldout']['clips']} clips)  "
+        f"ECE raw {row['raw']['ece']:.4f} -> {chosen} {row['after']['ece']:.4f} "
+        f"[ratio 95% CI {row['ratio_ci']['lo']:.2f}-{row['ratio_ci']['hi']:.2f}]  "
+        f"Brier {row['raw']['brier']:.4f} -> {row['after']['brier']:.4f}  "
+        f"AUROC {row['raw']['auroc']} -> {row['after']['auroc']}  (fit n={int(fit.sum())})"
+    )
+    arrays = {
+        "raw": p[ev],
+        "after": after,
+        "y": y[ev],
+        "platt": _apply(fitters["platt"](p[fit], x[fit], y[fit]), x[ev], p[ev], names),
+    }
+    return cal, row, arrays
 
 
 def plot(path: Path, title: str, curves: dict[str, tuple[np.ndarray, np.ndarray]]) -> None:
@@ -604,32 +933,25 @@ def plot(path: Path, title: str, curves: dict[str, tuple[np.ndarray, np.ndarray]
 
 
 def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    from streamfuse.text.calibration import fit_joint
+    from streamfuse.text.calibration import ASR_FEATURES, OCR_FEATURES, fit_joint
 
     result: dict[str, Any] = {}
-    o = data["ocr"]
-    ocr_y = np.array([s["cer"] <= args.line_cer for s in o])
-    ocr_p = np.array([s["conf"] for s in o])
-    ocr_fit = np.array([s["split"] == "fit" for s in o])
-    a = data["asr"]
-    asr_y = np.array([s["right"] for s in a])
-    asr_p = np.array([s["p"] for s in a])
-    asr_fit = np.array([s["split"] == "fit" for s in a])
-    ocr_cal, result["ocr"] = calibrate(
+    o, a = data["ocr"], data["asr"]
+    ocr_cal, result["ocr"], ocr_arr = calibrate(
         "ocr",
-        ocr_p[ocr_fit],
-        ocr_y[ocr_fit],
-        ocr_p[~ocr_fit],
-        ocr_y[~ocr_fit],
+        o,
+        np.array([s["cer"] <= args.line_cer for s in o]),
+        OCR_FEATURES,
         "the OCR line is read exactly (spaces ignored)",
+        args.seed,
     )
-    asr_cal, result["asr"] = calibrate(
+    asr_cal, result["asr"], asr_arr = calibrate(
         "asr",
-        asr_p[asr_fit],
-        asr_y[asr_fit],
-        asr_p[~asr_fit],
-        asr_y[~asr_fit],
+        a,
+        np.array([s["right"] for s in a]),
+        ASR_FEATURES,
         "the ASR word is right (Whisper-normalized alignment to the truth)",
+        args.seed,
     )
     terms = [t for run in data["shared_runs"] for t in shared_terms(run, ocr_cal, asr_cal)]
     fit_t = [t for t in terms if t["split"] == "fit"]
@@ -667,18 +989,20 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
             (ASSET_DIR / f"{name}.json").write_text(text)
     if args.plots:
         args.plots.mkdir(parents=True, exist_ok=True)
-        pe, ye = ocr_p[~ocr_fit], ocr_y[~ocr_fit]
-        plot(
-            args.plots / "ocr.png",
-            f"OCR lines, held-out (n={pe.size})",
-            {"raw conf": (pe, ye), f"calibrated ({ocr_cal.method})": (ocr_cal.apply(pe), ye)},
-        )
-        pe, ye = asr_p[~asr_fit], asr_y[~asr_fit]
-        plot(
-            args.plots / "asr.png",
-            f"ASR words, held-out (n={pe.size})",
-            {"raw p": (pe, ye), f"calibrated ({asr_cal.method})": (asr_cal.apply(pe), ye)},
-        )
+        for kind, arr, what, title in (
+            ("ocr", ocr_arr, "conf", "OCR lines"),
+            ("asr", asr_arr, "p", "ASR words"),
+        ):
+            chosen = result[kind]["chosen"]
+            plot(
+                args.plots / f"{kind}.png",
+                f"{title}, held-out (n={arr['y'].size})",
+                {
+                    f"raw {what}": (arr["raw"], arr["y"]),
+                    "Platt on raw": (arr["platt"], arr["y"]),
+                    f"shipped ({chosen})": (arr["after"], arr["y"]),
+                },
+            )
         if p_joint is not None:
             plot(
                 args.plots / "shared.png",
@@ -690,15 +1014,55 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
                 },
             )
         (args.plots / "results.json").write_text(json.dumps(result, indent=1) + "\n")
-    result["summary"] = {
-        "ece_ocr_before": result["ocr"]["raw"]["ece"],
-        "ece_ocr_after": result["ocr"]["after"]["ece"],
-        "ece_asr_before": result["asr"]["raw"]["ece"],
-        "ece_asr_after": result["asr"]["after"]["ece"],
-        "ece_joint_shared": result["shared"]["joint"]["ece"] if best else None,
-        "ece_best_single_shared": result["shared"][best]["ece"] if best else None,
-    }
+    summary: dict[str, Any] = {}
+    for m in ("ocr", "asr"):
+        r = result[m]
+        summary |= {
+            f"ece_{m}_before": r["raw"]["ece"],
+            f"ece_{m}_after": r["after"]["ece"],
+            f"n_{m}_heldout": r["raw"]["n"],
+            f"brier_{m}_before": r["raw"]["brier"],
+            f"brier_{m}_after": r["after"]["brier"],
+            f"auroc_{m}_before": r["raw"]["auroc"],
+            f"auroc_{m}_after": r["after"]["auroc"],
+            f"ece_{m}_ratio_ci95": [r["ratio_ci"]["lo"], r["ratio_ci"]["hi"]],
+        }
+    summary["ece_joint_shared"] = result["shared"]["joint"]["ece"] if best else None
+    summary["ece_best_single_shared"] = result["shared"][best]["ece"] if best else None
+    summary["n_shared_heldout"] = len(ev_t)
+    result["summary"] = summary
     return result
+
+
+def write_words() -> Path:
+    """The common-word list the features use: every lower-case ASCII word of 4+ letters that
+    the default Whisper model's BPE vocabulary holds as one word-initial token ("Ġword")."""
+    import gzip
+
+    from streamfuse.audio import AsrConfig
+    from streamfuse.audio.models import resolve_whisper_model
+
+    vocab = (resolve_whisper_model(AsrConfig().model) / "vocabulary.txt").read_text("utf-8")
+    words = sorted(
+        {
+            t[1:]
+            for t in vocab.splitlines()
+            if t.startswith("\u0120")
+            and t[1:].isascii()
+            and t[1:].isalpha()
+            and t[1:].islower()
+            and len(t) >= 5
+        }
+    )
+    head = (
+        "# Lower-case words of 4+ letters that Whisper's byte-level BPE vocabulary (OpenAI "
+        "Whisper, MIT; the GPT-2 vocabulary) holds as one word-initial token: a list of common "
+        "English words for calibration features. Written by benchmarks/calibration.py "
+        "--write-words.\n"
+    )
+    path = ASSET_DIR / "words.txt.gz"
+    path.write_bytes(gzip.compress((head + "\n".join(words) + "\n").encode(), 9, mtime=0))
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -711,30 +1075,43 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seeds", type=int, help="extra seeds of the synthetic speech clips")
     parser.add_argument("--fit-clips", type=int, help="extra speech clips to fit on")
+    parser.add_argument(
+        "--redraws",
+        type=int,
+        help="OCR-set clips drawn again in other faces, per split (dev: fit; heldout+fresh: score)",
+    )
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--line-cer", type=float, default=0.0, help="CER a right line may have")
     parser.add_argument("--cache", type=Path, help="keep (and reuse) each run's records here")
     parser.add_argument("--write-assets", action="store_true", help="ship the fitted calibrators")
     parser.add_argument("--plots", type=Path, help="write reliability diagrams (PNG) here")
+    parser.add_argument(
+        "--write-words", action="store_true", help="write the common-word list and stop"
+    )
     args = parser.parse_args(argv)
+    if args.write_words:
+        print(write_words())
+        return 0
     if args.variants is None:
         args.variants = "dynamic,fixed320" if args.quick else ",".join(VARIANTS)
     if args.seeds is None:
-        args.seeds = 0 if args.quick else 4
+        args.seeds = 0 if args.quick else 8
     if args.fit_clips is None:
-        args.fit_clips = 2 if args.quick else 16
+        args.fit_clips = 2 if args.quick else 32
+    if args.redraws is None:
+        args.redraws = 0 if args.quick else 16
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
     for noisy in ("RapidOCR", "onnxruntime", "streamfuse", "faster_whisper"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
-    import os
+    from streamfuse.testing.machine import cpu_description
 
-    print(f"CPU: {platform.processor() or platform.machine()} ({os.cpu_count()} logical cores)")
+    print(f"CPU: {cpu_description()}")
     t0 = time.perf_counter()
     global CACHE
     if args.cache is not None:
         args.cache.mkdir(parents=True, exist_ok=True)
         CACHE = args.cache
-    key = f"samples2-{args.variants}-{args.seeds}-{args.fit_clips}-{args.seed}.json"
+    key = f"samples3-{args.variants}-{args.seeds}-{args.fit_clips}-{args.seed}.json"
     if CACHE is not None and (CACHE / key).exists():
         data = json.loads((CACHE / key).read_text())
     else:
@@ -742,6 +1119,8 @@ def main(argv: list[str] | None = None) -> int:
             data = collect(args, Path(tmp))
         if CACHE is not None:
             (CACHE / key).write_text(json.dumps(data))
+    with tempfile.TemporaryDirectory() as tmp:
+        data["ocr"] += collect_redraws(args, Path(tmp))
     result = analyse(data, args)
     s = result["summary"]
     for m in ("ocr", "asr"):

@@ -358,6 +358,10 @@ def soak(work: Path, soak_s: float, window_s: float) -> dict[str, Any]:
     first = [r["latency_ms"] for r in events if window_s <= r["wall_s"] < 2 * window_s]
     last = [r["latency_ms"] for r in events if r["wall_s"] >= end - window_s]
     p_first, p_last = _p95(first), _p95(last)
+    # Per minute too, to tell a trend (something slowing down) from a loaded stretch.
+    by_min: dict[int, list[float]] = {}
+    for r in events:
+        by_min.setdefault(int(r["wall_s"] // 60), []).append(r["latency_ms"])
     media_s = max((r["t_end"] for r in events), default=0.0)
     return {
         "soak_s": round(soak_s),
@@ -373,6 +377,7 @@ def soak(work: Path, soak_s: float, window_s: float) -> dict[str, Any]:
         "latency_p95_first_ms": p_first,
         "latency_p95_last_ms": p_last,
         "latency_p95_ratio": round(p_last / p_first, 2) if p_first and p_last else None,
+        "latency_p95_ms_per_minute": [_p95(v) for _, v in sorted(by_min.items())],
         "cpu_s_per_media_s": round(cpu_s / media_s, 3) if cpu_s and media_s else None,
     }
 

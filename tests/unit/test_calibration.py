@@ -1,8 +1,14 @@
-"""Calibration: the scores (ECE, Brier) against hand-computed values, each fitter recovering a
-known miscalibration on synthetic data, the entropy-weighted joint estimate, the shipped
+"""Calibration: the scores (ECE, Brier, AUROC) against hand-computed values, each fitter
+recovering a known miscalibration on synthetic data, the feature calibrator correcting a shift
+a raw-score map cannot see, the features, the entropy-weighted joint estimate, the shipped
 calibrators, and the OCR / ASR stages publishing calibrated `conf` / `p` beside the raw score."""
 
 from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -10,16 +16,26 @@ import pytest
 from streamfuse.audio import AsrConfig, AsrStage
 from streamfuse.events import AsrWord, OcrLine
 from streamfuse.text.calibration import (
+    ASR_FEATURES,
+    OCR_FEATURES,
     CalibrationError,
     Calibrator,
+    FeatureCalibrator,
+    asr_word_features,
+    auroc,
     brier,
+    calibrate_asr_word,
+    calibrate_ocr_line,
     ece,
     fit_best,
     fit_isotonic,
     fit_joint,
+    fit_logistic,
     fit_platt,
     fit_temperature,
+    known_share,
     logit,
+    ocr_line_features,
     pooled_logit,
     reliability,
     shipped,
@@ -133,15 +149,99 @@ def test_joint_estimate_beats_each_single_modality() -> None:
     assert brier(p_joint, y_ev) < min(brier(p_ev[:, k], y_ev) for k in range(2))
 
 
-def test_shipped_calibrators_load_and_are_monotone() -> None:
-    grid = np.linspace(0, 1, 201)
-    for kind in ("ocr", "asr"):
+def test_auroc_matches_hand_computation() -> None:
+    # Pairs (right, wrong): (.9,.2) (.9,.6) (.4,.2) (.4,.6) -> 3 of 4 ordered; ties count half.
+    assert auroc([0.9, 0.4, 0.2, 0.6], [1, 1, 0, 0]) == pytest.approx(0.75)
+    assert auroc([0.5, 0.5], [1, 0]) == pytest.approx(0.5)
+    assert auroc([0.3, 0.4], [1, 1]) is None
+
+
+def shifted_groups(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Raw scores that mean less in a 'hard' group (an accent the recognizer finds hard): the
+    true log-odds are logit(raw) - 2 there, and the group shows in a context feature."""
+    rng = np.random.default_rng(seed)
+    hard = (rng.random(n) < 0.5).astype(float)
+    raw = sigmoid(rng.normal(1.0, 1.5, n))
+    y = (rng.random(n) < sigmoid(logit(raw) - 2.0 * hard)).astype(float)
+    ctx = 0.8 - 0.3 * hard + rng.normal(0, 0.05, n)  # e.g. the recent words' mean p
+    return raw, np.stack([logit(raw), ctx], axis=1), y
+
+
+def test_feature_calibrator_corrects_a_shift_a_raw_score_map_cannot_see() -> None:
+    raw, x, y = shifted_groups(6000, 10)
+    raw_t, x_t, y_t = shifted_groups(6000, 11)
+    names = ["logit_p", "recent_mean_p"]
+    feat = fit_logistic(x, y, names, l2=1e-3)
+    platt = fit_platt(raw, y)
+    hard = x_t[:, 1] < 0.65
+    for group in (hard, ~hard):
+        # Platt on the raw score is right on average, wrong in each group; the features fix it.
+        assert ece(platt.apply(raw_t[group]), y_t[group]) > 0.12
+        assert ece(feat.apply(x_t[group]), y_t[group]) < 0.05
+    assert brier(feat.apply(x_t), y_t) < brier(platt.apply(raw_t), y_t)
+    assert feat.coef[0] > 0 and feat.coef[1] > 0
+    again = FeatureCalibrator.model_validate_json(feat.model_dump_json())
+    assert np.allclose(again.apply(x_t), feat.apply(x_t))
+    one = feat({"logit_p": 1.0, "recent_mean_p": 0.5})
+    assert one == round(one, 3) and one < feat({"logit_p": 1.0, "recent_mean_p": 0.8})
+
+
+def test_feature_calibrator_rejects_bad_shapes_and_missing_features() -> None:
+    with pytest.raises(ValueError, match="2 features but 1/1/1"):
+        FeatureCalibrator(features=["a", "b"], mean=[0.0], scale=[1.0], coef=[1.0])
+    with pytest.raises(ValueError, match="scales must be positive"):
+        FeatureCalibrator(features=["a"], mean=[0.0], scale=[0.0], coef=[1.0])
+    cal = FeatureCalibrator(features=["a"], mean=[0.0], scale=[1.0], coef=[1.0])
+    with pytest.raises(CalibrationError, match="feature 'a' missing"):
+        cal({"b": 1.0})
+    with pytest.raises(CalibrationError, match="feature matrix"):
+        fit_logistic(np.zeros((3, 2)), [0, 1, 0], ["a"])
+
+
+def test_asr_word_features_read_the_context_the_stage_has() -> None:
+    f = asr_word_features("-runs", 0.5, [0.2, 0.3, 0.9, 0.4], tokens=7)
+    assert set(f) == set(ASR_FEATURES)
+    assert f["recent_mean_p"] == pytest.approx(0.45) and f["recent_low"] == pytest.approx(0.75)
+    assert f["fragment"] == 1.0 and f["tokens"] == 5.0 and f["chars"] == 4.0
+    assert f["logit_p"] == pytest.approx(0.0)
+    assert asr_word_features("words,", 0.5, [], 1)["recent_mean_p"] == 0.5  # alone: its own p
+    assert asr_word_features("clavter", 0.5, [], 3)["known"] == 0.0
+    assert asr_word_features("control", 0.5, [], 1)["known"] == 1.0
+
+
+def test_ocr_line_features_flag_joined_boxes_and_non_words() -> None:
+    base = {"scale": 0.5, "mean_conf": 0.98, "n_lines": 4}
+    plain = ocr_line_features("terminal moraines", (0, 0, 340, 40), 0.97, **base)
+    assert set(plain) == set(OCR_FEATURES)
+    assert plain["log_height_px"] == pytest.approx(np.log(20.0))
+    # Three labels far apart read as one "line": much wider per character than text is.
+    joined = ocr_line_features("Front door Back garden", (0, 0, 1200, 40), 0.99, **base)
+    assert joined["width_per_char"] > 2 * plain["width_per_char"]
+    assert known_share("terminal moraines") == 0.5  # "moraines" is rare, not a misread
+    assert known_share("termvnal moramnes") == 0.0
+    table = ocr_line_features("tiny | 39M | 120 ms", (0, 0, 300, 30), 0.99, **base)
+    assert table["cells"] == 2.0 and table["digits"] > 0.3
+
+
+def test_shipped_calibrators_load_and_use_the_features() -> None:
+    for kind, names in (("ocr", OCR_FEATURES), ("asr", ASR_FEATURES)):
         cal = shipped(kind)  # type: ignore[arg-type]
-        assert cal.n_fit > 100 and cal.target
-        out = cal.apply(grid)
-        assert np.all(np.diff(out) >= -1e-12) and np.all((out >= 0) & (out <= 1))
+        assert isinstance(cal, FeatureCalibrator)
+        assert cal.n_fit > 300 and cal.target and set(cal.features) <= set(names)
+        # More raw confidence, all else equal, never means a lower probability.
+        raw_name = names[0]
+        assert cal.coef[cal.features.index(raw_name)] > 0
     joint = shipped_joint()
     assert joint.n_fit > 0 and joint.a > 0
+
+
+def test_shipped_asr_calibrator_trusts_a_word_less_among_unsure_ones() -> None:
+    """The same raw p means less when the words around it were unsure (a voice the recognizer
+    finds hard): a map from p alone gives both the same probability."""
+    cal = shipped("asr")
+    sure = calibrate_asr_word(cal, "control", 0.8, [0.95] * 16, tokens=1)
+    unsure = calibrate_asr_word(cal, "control", 0.8, [0.4] * 16, tokens=1)
+    assert sure - unsure > 0.05
 
 
 def test_asr_stage_publishes_calibrated_p_and_keeps_the_raw_one() -> None:
@@ -150,11 +250,26 @@ def test_asr_stage_publishes_calibrated_p_and_keeps_the_raw_one() -> None:
     on = AsrStage(AsrConfig())
     off = AsrStage(AsrConfig(calibrate=False))
     word = Word(" hello", 0.1, 0.4, 0.62)
+    on._history.extend([word])
     got = on._word(word)
     assert isinstance(got, AsrWord)
-    assert got.p_raw == 0.62 and got.p == shipped("asr")(0.62)
+    # No transcriber set up: the stage counts every word as 2 tokens (Transcriber's default).
+    assert got.p_raw == 0.62
+    assert got.p == calibrate_asr_word(shipped("asr"), "hello", 0.62, [0.62], 2)
     plain = off._word(word)
     assert plain.p == 0.62 and plain.p_raw is None
+
+
+def test_asr_stage_lowers_p_after_a_run_of_unsure_words() -> None:
+    from streamfuse.audio.policy import Word
+
+    stage = AsrStage(AsrConfig())
+    word = Word(" hello", 10.0, 10.4, 0.8)
+    stage._history.extend([Word(" x", 0.0, 0.1, 0.97)] * 15 + [word])
+    after_sure = stage._word(word).p
+    stage._history.extend([Word(" y", 0.0, 0.1, 0.3)] * 15 + [word])
+    after_unsure = stage._word(word).p
+    assert after_unsure < after_sure
 
 
 def test_ocr_line_payload_is_calibrated_when_a_calibrator_is_given() -> None:
@@ -162,7 +277,64 @@ def test_ocr_line_payload_is_calibrated_when_a_calibrator_is_given() -> None:
 
     ln = EngineLine("Title", (0.4, 1.6, 10.2, 20.0), 0.9512)
     cal = shipped("ocr")
-    got = ln.to_payload(cal)
+    got = ln.to_payload(cal, scale=0.5, mean_conf=0.9, n_lines=3)
     assert isinstance(got, OcrLine)
-    assert got.conf_raw == 0.951 and got.conf == cal(0.9512)
+    # The calibrator sees what the record holds: the rounded score and box.
+    want = calibrate_ocr_line(
+        cal, "Title", (0, 2, 10, 20), 0.951, scale=0.5, mean_conf=0.9, n_lines=3
+    )
+    assert got.conf_raw == 0.951 and got.conf == want
     assert ln.to_payload().conf == 0.951 and ln.to_payload().conf_raw is None
+
+
+def _benchmark() -> ModuleType:
+    """benchmarks/calibration.py, which fits the shipped calibrators from recorded runs."""
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "calibration.py"
+    spec = importlib.util.spec_from_file_location("bench_calibration", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being made
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_benchmark_recomputes_from_records_what_the_asr_stage_used(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The calibrator is fitted on features rebuilt from event records: they must be the ones
+    the stage computed live, or the shipped weights would be applied to other numbers."""
+    from streamfuse.audio.policy import Word
+
+    bench = _benchmark()
+    monkeypatch.setattr(bench, "_TOKEN_COUNT", lambda word: 2)  # the stage's stand-in count
+    stage = AsrStage(AsrConfig())
+    rng = np.random.default_rng(0)
+    texts = ["control", "-runs", "clavter", "plane,", "it's", "42", "Hermitian", "the"]
+    records, t = [], 0.0
+    for n in (3, 1, 5, 2, 9, 4, 12):
+        words = []
+        for _ in range(n):
+            text = texts[int(rng.integers(len(texts)))]
+            words.append(Word(" " + text, t, t + 0.3, float(rng.uniform(0.02, 0.99))))
+            t += 0.3
+        records.append({"type": "asr", **stage._asr_event(words).payload.fields()})
+    featured = bench.word_features(records)
+    assert len(featured) == 36
+    cal = shipped("asr")
+    assert [w["p"] for w, _ in featured] == [cal(f) for _, f in featured]
+    assert len({w["p"] for w, _ in featured}) > 20  # the check is not vacuous
+
+
+def test_the_benchmark_recomputes_from_records_what_an_ocr_line_used() -> None:
+    from streamfuse.vision.ocr import OcrLine as EngineLine
+
+    bench = _benchmark()
+    cal = shipped("ocr")
+    lines = [
+        EngineLine("Model | Params | Latency", (88.4, 150.2, 997.0, 213.0), 0.9996),
+        EngineLine("Lower is etter.", (90.0, 640.6, 402.2, 662.0), 0.984),
+    ]
+    payload = [ln.to_payload(cal, scale=0.6667, mean_conf=0.992, n_lines=2) for ln in lines]
+    record = {"scale": 0.6667, "mean_conf": 0.992, "lines": [p.model_dump() for p in payload]}
+    for ln in record["lines"]:
+        assert ln["conf"] == cal(bench.line_features(record, ln))

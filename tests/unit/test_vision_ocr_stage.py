@@ -15,7 +15,7 @@ from streamfuse.pipeline import OverloadPolicy, Pipeline
 from streamfuse.pipeline.source import Source
 from streamfuse.sinks import CollectSink
 from streamfuse.testing import run_stage, run_virtual
-from streamfuse.text.calibration import shipped
+from streamfuse.text.calibration import calibrate_ocr_line, shipped
 from streamfuse.vision import (
     FixedPolicy,
     FixedResolution,
@@ -197,7 +197,16 @@ def test_stage_emits_one_event_per_distinct_text_state() -> None:
     assert first.payload.fields()["lines"][0] == {
         "text": "Title A",
         "box": [100, 50, 600, 110],
-        "conf": shipped("ocr")(0.99),  # calibrated (docs/calibration.md); the raw score kept
+        # calibrated (docs/calibration.md) from what the event records; the raw score kept
+        "conf": calibrate_ocr_line(
+            shipped("ocr"),
+            "Title A",
+            (100, 50, 600, 110),
+            0.99,
+            scale=0.75,
+            mean_conf=0.99,
+            n_lines=2,
+        ),
         "conf_raw": 0.99,
     }
     assert first.payload.fields()["resolution"] == [960, 540]

@@ -33,7 +33,7 @@ from streamfuse.events import AsrPartialPayload, AsrPayload, AsrWord
 from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, AudioFrame, EventFrame, Frame, now_wall
 from streamfuse.pipeline.stage import Stage
 from streamfuse.telemetry.metrics import ModelInfo, instruments
-from streamfuse.text.calibration import shipped
+from streamfuse.text.calibration import ASR_RECENT_WORDS, asr_core, calibrate_asr_word, shipped
 
 log = logging.getLogger(__name__)
 
@@ -310,7 +310,13 @@ class AsrStage(Stage):
         out = word.to_payload()
         if self._calibrator is None:
             return out
-        return AsrWord(**{**out.model_dump(), "p": self._calibrator(word.p), "p_raw": out.p})
+        # What the calibrator knows besides p: the raw p of the stream's latest committed words
+        # (this event's are in the history already) and the tokenizer's count for the word.
+        recent = [round(w.p, 3) for w in list(self._history)[-ASR_RECENT_WORDS:]]
+        core = asr_core(out.word)
+        tokens = self._transcriber.token_count(core) if self._transcriber and core else 2
+        p = calibrate_asr_word(self._calibrator, out.word, out.p, recent, tokens)
+        return AsrWord(**{**out.model_dump(), "p": p, "p_raw": out.p})
 
     def _partial_event(self, words: Sequence[Word]) -> EventFrame | None:
         text = join_words(words)

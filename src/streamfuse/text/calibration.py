@@ -1,18 +1,23 @@
-"""Confidence calibration: maps a recognizer's raw score to the probability that its output is
-right, fits those maps on labelled runs, scores them (ECE, Brier, reliability bins) and fuses two
-modalities' calibrated probabilities of one term (entropy-weighted log-odds pooling).
+"""Confidence calibration: maps what a recognizer knows about its output to the probability that
+the output is right, fits those maps on labelled runs, scores them (ECE, Brier, AUROC,
+reliability bins) and fuses two modalities' probabilities of one term (entropy-weighted pooling).
 
-The package ships one fitted `Calibrator` per modality (`assets/calibration/ocr.json`: P(an OCR
-line is read exactly), `asr.json`: P(an ASR word is right)) and the joint map (`joint.json`);
-`shipped(kind)` loads them. Fitting and plotting live in `benchmarks/calibration.py`
-(docs/calibration.md). Numpy only: the run-time path must not need scikit-learn or SciPy.
+Two kinds of map: `Calibrator` (temperature / Platt / isotonic on the raw score alone) and
+`FeatureCalibrator` (a ridge logistic regression on named features the stages have when they
+emit: `ocr_line_features`, `asr_word_features`). The package ships one per modality
+(`assets/calibration/ocr.json`: P(an OCR line is read exactly), `asr.json`: P(an ASR word is
+right)) and the joint map (`joint.json`); `shipped(kind)` loads them. Fitting data and plots live
+in `benchmarks/calibration.py` (docs/calibration.md). Numpy only: the run-time path must not need
+scikit-learn or SciPy.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
 from typing import Literal
@@ -282,6 +287,286 @@ def fit_best(
     return FITTERS[best](p, y, target=target), scores
 
 
+# -- features -------------------------------------------------------------------------------------
+#
+# What a stage knows about one output when it emits it, as numbers a `FeatureCalibrator` weighs.
+# The functions take only what the emitted record holds (raw scores rounded as events round them,
+# boxes in whole pixels) plus, for ASR, the raw p of the words the stream committed just before
+# and the tokenizer's count: the benchmark recomputes the same features from recorded runs.
+
+#: Feature names, in the order `FeatureCalibrator.features` lists them when fitted by the benchmark.
+OCR_FEATURES = (
+    "logit_conf",
+    "logit_mean_conf",
+    "log_height_px",
+    "log_chars",
+    "alpha",
+    "digits",
+    "symbols",
+    "cells",
+    "width_per_char",
+    "log_lines",
+    "known_words",
+)
+ASR_FEATURES = (
+    "logit_p",
+    "recent_mean_p",
+    "recent_low",
+    "tokens",
+    "chars",
+    "fragment",
+    "digit",
+    "known",
+)
+#: Committed words whose raw p make up an ASR word's `recent_*` features (this event's included).
+ASR_RECENT_WORDS = 16
+
+_EDGE_PUNCT = re.compile(r"^\W+|\W+$")
+_KEY = re.compile(r"[^\w']+")
+_LETTERS = re.compile(r"[^\W\d_]+")
+
+
+@cache
+def common_words() -> frozenset[str]:
+    """Common English words (lower case, 4+ letters; `assets/calibration/words.txt.gz`: the
+    whole words of Whisper's BPE vocabulary), for the "is it a known word" features."""
+    path = resources.files("streamfuse.assets").joinpath("calibration", "words.txt.gz")
+    try:
+        text = gzip.decompress(path.read_bytes()).decode("utf-8")
+    except FileNotFoundError as e:
+        raise CalibrationError(f"no shipped word list ({path})") from e
+    return frozenset(ln for ln in text.splitlines() if ln and not ln.startswith("#"))
+
+
+def known_share(text: str) -> float:
+    """The share of `text`'s words of 4+ letters that are common English words (1: none that
+    long). A misread word is rarely a real one ("clavter", "Hemitian")."""
+    words = [w.lower() for w in _LETTERS.findall(text) if len(w) >= 4]
+    if not words:
+        return 1.0
+    known = common_words()
+    return sum(w in known for w in words) / len(words)
+
+
+def _logit1(p: float, lo: float = 1e-3) -> float:
+    q = min(max(p, lo), 1.0 - lo)
+    return math.log(q / (1.0 - q))
+
+
+def ocr_line_features(
+    text: str,
+    box: Sequence[float],
+    conf_raw: float,
+    *,
+    scale: float,
+    mean_conf: float | None,
+    n_lines: int,
+) -> dict[str, float]:
+    """Features of one OCR line: the recognizer's score and the reading's mean score, the text
+    height the detector saw (box height x `scale`), the length and make-up of the text (letters,
+    digits, other symbols, table cells), how wide it is per character relative to its height
+    (high: boxes far apart joined into one line), how many lines the reading has and the share
+    of its words that are common English words."""
+    chars = [c for c in text if not c.isspace()]
+    n = max(len(chars), 1)
+    height = max(float(box[3]) - float(box[1]), 1.0)
+    width = max(float(box[2]) - float(box[0]), 1.0)
+    return {
+        "logit_conf": _logit1(conf_raw, 5e-4),
+        "logit_mean_conf": _logit1(conf_raw if mean_conf is None else mean_conf, 5e-4),
+        "log_height_px": math.log(max(height * scale, 1.0)),
+        "log_chars": math.log1p(len(chars)),
+        "alpha": sum(c.isalpha() for c in chars) / n,
+        "digits": sum(c.isdigit() for c in chars) / n,
+        "symbols": sum(not c.isalnum() and c != "|" for c in chars) / n,
+        "cells": float(min(text.count("|"), 6)),
+        "width_per_char": min(width / (n * height), 3.0),
+        "log_lines": math.log1p(n_lines),
+        "known_words": known_share(text),
+    }
+
+
+def asr_core(word: str) -> str:
+    """The word without leading/trailing punctuation (what the tokenizer is asked about)."""
+    return _EDGE_PUNCT.sub("", word.strip())
+
+
+def asr_word_features(
+    word: str, p_raw: float, recent_p: Sequence[float], tokens: int
+) -> dict[str, float]:
+    """Features of one committed ASR word: Whisper's probability; the mean raw p of the stream's
+    last `ASR_RECENT_WORDS` committed words and the share of them below 0.5 (a voice, accent or
+    noise the recognizer finds hard lowers them all); how many tokens the model spends on the
+    word (`tokens`, 1: a word it knows well), its length in characters, whether it continues the
+    previous word ("-runs", "'s"), whether it holds a digit and whether it is a common English
+    word (`known_share`)."""
+    recent = list(recent_p)[-ASR_RECENT_WORDS:] or [p_raw]
+    core = asr_core(word)
+    stripped = word.strip()
+    return {
+        "logit_p": _logit1(p_raw),
+        "recent_mean_p": float(np.mean(recent)),
+        "recent_low": float(np.mean([q < 0.5 for q in recent])),
+        "tokens": float(min(max(tokens, 1), 5)),
+        "chars": float(min(len(_KEY.sub("", core)), 15)),
+        "fragment": float(bool(stripped) and not stripped[0].isalnum()),
+        "digit": float(any(c.isdigit() for c in core)),
+        "known": known_share(core),
+    }
+
+
+# -- feature calibrators ---------------------------------------------------------------------------
+
+
+def auroc(probs: ArrayLike, labels: ArrayLike) -> float | None:
+    """Area under the ROC curve (how well the probabilities rank right above wrong; 0.5:
+    not at all), ties counted half; None when the labels are all one class."""
+    p, y = _check(probs, labels)
+    pos, neg = int(y.sum()), int((1 - y).sum())
+    if pos == 0 or neg == 0:
+        return None
+    order = np.argsort(p, kind="stable")
+    ranks = np.empty(p.size)
+    sp = p[order]
+    # Average ranks over ties.
+    i = 0
+    while i < sp.size:
+        j = i
+        while j + 1 < sp.size and sp[j + 1] == sp[i]:
+            j += 1
+        ranks[order[i : j + 1]] = (i + j) / 2 + 1
+        i = j + 1
+    return float((ranks[y == 1].sum() - pos * (pos + 1) / 2) / (pos * neg))
+
+
+class FeatureCalibrator(BaseModel):
+    """P(right) = sigmoid(coef . (x - mean) / scale + intercept) over named features: a ridge
+    logistic regression (`fit_logistic`). `__call__` takes one output's feature mapping."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    method: Literal["logistic"] = "logistic"
+    target: str = Field("", description="What the calibrated probability is the chance of.")
+    features: list[str] = Field(min_length=1)
+    mean: list[float]
+    scale: list[float]
+    coef: list[float]
+    intercept: float = 0.0
+    l2: float = Field(0.0, ge=0.0, description="The ridge penalty it was fitted with.")
+    n_fit: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _shapes(self) -> FeatureCalibrator:
+        k = len(self.features)
+        if not (len(self.mean) == len(self.scale) == len(self.coef) == k):
+            raise ValueError(
+                f"{k} features but {len(self.mean)}/{len(self.scale)}/"
+                f"{len(self.coef)} means/scales/coefficients"
+            )
+        if any(v <= 0 for v in self.scale):
+            raise ValueError("feature scales must be positive")
+        return self
+
+    def matrix(self, rows: Sequence[Mapping[str, float]]) -> F64:
+        """Feature rows as an (n, k) array in this calibrator's feature order."""
+        try:
+            return np.array([[r[f] for f in self.features] for r in rows], dtype=np.float64)
+        except KeyError as e:
+            raise CalibrationError(f"feature {e.args[0]!r} missing; need {self.features}") from e
+
+    def apply(self, x: ArrayLike) -> F64:
+        """Probabilities of the rows of `x` ((n, k), columns in `features` order)."""
+        z = (np.atleast_2d(_arr(x)) - _arr(self.mean)) / _arr(self.scale)
+        return sigmoid(z @ _arr(self.coef) + self.intercept)
+
+    def __call__(self, features: Mapping[str, float]) -> float:
+        """One calibrated probability, rounded to 3 decimals as event fields are."""
+        return round(float(self.apply(self.matrix([features]))[0]), 3)
+
+
+def fit_logistic(
+    x: ArrayLike, labels: ArrayLike, features: Sequence[str], *, l2: float = 1e-2, target: str = ""
+) -> FeatureCalibrator:
+    """Ridge logistic regression of the labels on standardized features (Newton's method; the
+    intercept is not penalized)."""
+    xa = np.atleast_2d(_arr(x))
+    y = _arr(labels).ravel()
+    if xa.shape != (y.size, len(features)):
+        raise CalibrationError(f"{xa.shape} feature matrix for {y.size} labels x {len(features)}")
+    _check(np.full(y.size, 0.5), y)
+    mean = xa.mean(axis=0)
+    scale = xa.std(axis=0)
+    scale = np.where(scale > 1e-9, scale, 1.0)
+    w, b = _ridge_logistic((xa - mean) / scale, y, l2)
+    return FeatureCalibrator(
+        target=target,
+        features=list(features),
+        mean=[float(v) for v in mean],
+        scale=[float(v) for v in scale],
+        coef=[float(v) for v in w],
+        intercept=b,
+        l2=l2,
+        n_fit=int(y.size),
+    )
+
+
+def _ridge_logistic(z: F64, y: F64, l2: float) -> tuple[F64, float]:
+    """Weights and intercept of a ridge logistic regression (Newton with backtracking)."""
+    n, k = z.shape
+    x = np.concatenate([z, np.ones((n, 1))], axis=1)
+    pen = np.full(k + 1, l2)
+    pen[-1] = 0.0
+
+    def loss(w: F64) -> float:
+        s = x @ w
+        return float(np.mean(np.logaddexp(0.0, s) - y * s) + 0.5 * float(pen @ (w * w)))
+
+    w = np.zeros(k + 1)
+    for _ in range(100):
+        q = sigmoid(x @ w)
+        grad = x.T @ (q - y) / n + pen * w
+        hess = (x.T * (q * (1 - q))) @ x / n + np.diag(pen + 1e-9)
+        step = np.linalg.solve(hess, grad)
+        t, before = 1.0, loss(w)
+        while loss(w - t * step) > before - 1e-4 * t * float(grad @ step) and t > 1e-8:
+            t /= 2
+        w = w - t * step
+        if float(np.abs(t * step).max()) < 1e-9:
+            break
+    return w[:-1], float(w[-1])
+
+
+AnyCalibrator = Calibrator | FeatureCalibrator
+
+
+def calibrate_ocr_line(
+    cal: AnyCalibrator,
+    text: str,
+    box: Sequence[float],
+    conf_raw: float,
+    *,
+    scale: float,
+    mean_conf: float | None,
+    n_lines: int,
+) -> float:
+    """One OCR line's calibrated `conf` (3 decimals), whichever kind `cal` is."""
+    if isinstance(cal, FeatureCalibrator):
+        feats = ocr_line_features(
+            text, box, conf_raw, scale=scale, mean_conf=mean_conf, n_lines=n_lines
+        )
+        return cal(feats)
+    return cal(conf_raw)
+
+
+def calibrate_asr_word(
+    cal: AnyCalibrator, word: str, p_raw: float, recent_p: Sequence[float], tokens: int
+) -> float:
+    """One ASR word's calibrated `p` (3 decimals), whichever kind `cal` is."""
+    if isinstance(cal, FeatureCalibrator):
+        return cal(asr_word_features(word, p_raw, recent_p, tokens))
+    return cal(p_raw)
+
+
 # -- joint estimate --------------------------------------------------------------------------------
 
 
@@ -343,9 +628,13 @@ def _asset(name: str) -> str:
 
 
 @cache
-def shipped(kind: Literal["ocr", "asr"]) -> Calibrator:
-    """The calibrator shipped for OCR lines (`ocr`) or ASR words (`asr`)."""
-    return Calibrator.model_validate(json.loads(_asset(kind)))
+def shipped(kind: Literal["ocr", "asr"]) -> AnyCalibrator:
+    """The calibrator shipped for OCR lines (`ocr`) or ASR words (`asr`): a `FeatureCalibrator`
+    (features from `ocr_line_features` / `asr_word_features`) or a raw-score `Calibrator`."""
+    data = json.loads(_asset(kind))
+    if data.get("method") == "logistic":
+        return FeatureCalibrator.model_validate(data)
+    return Calibrator.model_validate(data)
 
 
 @cache
@@ -354,20 +643,34 @@ def shipped_joint() -> JointCalibrator:
 
 
 __all__ = [
+    "ASR_FEATURES",
+    "ASR_RECENT_WORDS",
+    "OCR_FEATURES",
+    "AnyCalibrator",
     "CalibrationError",
     "Calibrator",
+    "FeatureCalibrator",
     "JointCalibrator",
     "ReliabilityBin",
+    "asr_core",
+    "asr_word_features",
+    "auroc",
     "binary_entropy_bits",
+    "calibrate_asr_word",
+    "calibrate_ocr_line",
+    "common_words",
     "brier",
     "ece",
     "fit_best",
     "fit_isotonic",
     "fit_joint",
+    "fit_logistic",
     "fit_platt",
     "fit_temperature",
+    "known_share",
     "logit",
     "nll",
+    "ocr_line_features",
     "pooled_logit",
     "reliability",
     "shipped",

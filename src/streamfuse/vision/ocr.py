@@ -46,7 +46,7 @@ from streamfuse.pipeline.stage import Stage
 from streamfuse.qos.ladder import align_px
 from streamfuse.telemetry.metrics import ModelInfo, instruments
 from streamfuse.text import collapse_whitespace
-from streamfuse.text.calibration import Calibrator, shipped
+from streamfuse.text.calibration import AnyCalibrator, calibrate_ocr_line, shipped
 from streamfuse.vision.config import FixedPolicy, OcrConfig, VisionConfig
 from streamfuse.vision.frames import BBox, KeyFrame, clamp_box, clip_box
 from streamfuse.vision.layout import (
@@ -71,14 +71,31 @@ class OcrLine:
     box: Box
     conf: float
 
-    def to_payload(self, calibrator: Calibrator | None = None) -> OcrLineRecord:
+    def to_payload(
+        self,
+        calibrator: AnyCalibrator | None = None,
+        *,
+        scale: float = 1.0,
+        mean_conf: float | None = None,
+        n_lines: int = 1,
+    ) -> OcrLineRecord:
         """The line as it goes into an `ocr` event (box in whole pixels); with a calibrator,
-        `conf` is its probability and `conf_raw` the recognizer's score."""
+        `conf` is its probability and `conf_raw` the recognizer's score. The calibrator sees
+        what the event records: the rounded box and score, the reading's `scale`, `mean_conf`
+        and line count."""
         x0, y0, x1, y1 = (round(v) for v in self.box)
         raw = round(self.conf, 3)
         if calibrator is None:
             return OcrLineRecord(text=self.text, box=(x0, y0, x1, y1), conf=raw)
-        conf = calibrator(self.conf)
+        conf = calibrate_ocr_line(
+            calibrator,
+            self.text,
+            (x0, y0, x1, y1),
+            raw,
+            scale=scale,
+            mean_conf=mean_conf,
+            n_lines=n_lines,
+        )
         return OcrLineRecord(text=self.text, box=(x0, y0, x1, y1), conf=conf, conf_raw=raw)
 
     def shifted(self, dx: float, dy: float) -> OcrLine:
@@ -616,20 +633,27 @@ class OcrStage(Stage):
             return
         state.lines = lines
         state.emitted += 1
+        mean_raw = None if mean_conf is None else round(mean_conf, 3)
+        records = [
+            ln.to_payload(
+                self._calibrator, scale=round(scale, 4), mean_conf=mean_raw, n_lines=len(lines)
+            )
+            for ln in lines
+        ]
         yield EventFrame(
             stream_id=frame.stream_id,
             t_media=frame.t_media,
             t_end=frame.t_media,
             arrival_wall=frame.arrival_wall,
             payload=OcrPayload(
-                lines=[ln.to_payload(self._calibrator) for ln in lines],
+                lines=records,
                 text="\n".join(ln.text for ln in lines),
                 n_lines=len(lines),
                 resolution=reading.resolution,
                 scale=round(scale, 4),
                 roi=roi,
                 ocr_ms=round(reading.ocr_ms, 1),
-                mean_conf=None if mean_conf is None else round(mean_conf, 3),
+                mean_conf=mean_raw,
                 frame_index=frame.index,
                 t_changed=round(frame.t_changed, 3),
                 reason=frame.reason,
