@@ -5,6 +5,7 @@ media clock after decoding)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import lzma
 
 import av
@@ -21,6 +22,7 @@ from streamfuse.transport.config import TransportConfig
 from streamfuse.transport.patches import (
     _LZMA_FILTERS,
     _MAX_BODY,
+    PatchMessage,
     Reference,
     decode_patches,
     encode_patches,
@@ -176,7 +178,7 @@ def test_unchanged_patches_are_copied_from_the_clouds_last_key_frame_across_a_ca
     None
 ):
     frame, boxes = _big_text_slide()
-    config = TransportConfig(text_px=0)
+    config = TransportConfig(text_px=0, noisy_text_px=0)
     first = encode_patches(frame, boxes, 1.0, config)
     held = decode_patches(first.payload, first.shape, stream_id="s", arrival_wall=0.0)
     reference = Reference(frame.index, held.image[..., 0])
@@ -311,3 +313,48 @@ def test_noisy_frames_are_denoised_before_quantization_and_clean_ones_are_not() 
         encode_patches(frame, boxes, 1.0, on).payload
         == encode_patches(frame, boxes, 1.0, off).payload
     )
+
+
+def test_noisy_frames_go_smaller_at_more_grey_levels_and_coarser_at_two() -> None:
+    frame, boxes = _big_text_slide()
+    grain = np.random.default_rng(4).normal(0, 4, frame.image.shape)
+    camera = dataclasses.replace(frame, image=np.clip(frame.image + grain, 0, 255).astype(np.uint8))
+    config = TransportConfig(text_px=30, noisy_text_px=20, noisy_grey_levels=4)
+
+    def levels(m: PatchMessage) -> int:  # as the message's metadata announces them
+        body = lzma.decompress(m.payload, format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS)
+        n = int.from_bytes(body[:4], "big")
+        return int(json.loads(body[4 : 4 + n])["levels"])
+
+    fine = encode_patches(camera, boxes, 1.0, config)
+    clean = encode_patches(frame, boxes, 1.0, config)
+    # Noisy: the smallest line 20 px tall (60 px -> 1/3) at 4 levels; clean: 30 px, 2 levels.
+    assert fine.scale == pytest.approx(1 / 3) and clean.scale == pytest.approx(0.5)
+    # The keep policy's coarser steps: 2 levels from the clean scale, each step smaller.
+    coarser = [encode_patches(camera, boxes, 1.0, config, None, f) for f in (0.8, 0.65)]
+    assert [m.scale for m in coarser] == [pytest.approx(0.4), pytest.approx(0.325)]
+    sizes = [len(m.payload) for m in (fine, *coarser)]
+    assert sizes == sorted(sizes, reverse=True)
+    assert levels(fine) == 4 and levels(coarser[0]) == levels(coarser[1]) == levels(clean) == 2
+
+
+def test_cells_not_sent_take_the_paper_grey_around_them_not_one_grey_for_all() -> None:
+    # A page lit unevenly (paper 150 on the left to 230 on the right), two text columns.
+    frame, _ = _big_text_slide()
+    paper = np.linspace(150, 230, 640, dtype=np.float32)[None, :, None]
+    ink = frame.image < 128
+    image = np.where(ink, 20, np.broadcast_to(paper, frame.image.shape)).astype(np.uint8)
+    boxes = [(40, 40, 200, 100), (40, 200, 200, 260), (420, 40, 600, 100), (420, 200, 600, 260)]
+    page = dataclasses.replace(frame, image=np.ascontiguousarray(image))
+    config = TransportConfig(text_px=0, text_pad_px=0)
+    message = encode_patches(page, boxes, 1.0, config)
+    rebuilt = decode_patches(message.payload, message.shape, stream_id="s", arrival_wall=0.0)
+    grey = rebuilt.image[..., 0].astype(np.int16)
+    # Just left of each text block: the fill steps by less than a table rule's edge (12 grey
+    # levels) from the paper inside it; one median grey for all would step by ~30.
+    for x0, y0, _x1, y1 in boxes:
+        inside = grey[y0 + 2 : y1 - 2, x0 : x0 + 16].max()
+        outside = np.median(grey[y0 + 2 : y1 - 2, x0 - 24 : x0 - 8])
+        assert abs(int(inside) - outside) < 12, (x0, inside, outside)
+    # Far from any text the frame's median grey stays.
+    assert abs(int(np.median(grey[300:, :])) - int(np.median(image[..., 0]))) < 30

@@ -1,10 +1,11 @@
 """The edge end of the split: read an input, keep what matters, send it to the cloud.
 
 `run_edge(location, host, port)` opens the input like `streamfuse run` does, runs the change
-detector and the text detector on the video (key frames become sparse patch tokens, sized by
-the keep-ratio policy from the measured link) and VAD on the audio (speech only, as Opus), and
-sends them over the deadline-aware UDP link (optionally through a local fault proxy). Returns
-`EdgeReport`: what was sent and what the link measured.
+detector and the text detector on the video (key frames whose text changed since the last one
+sent become sparse patch tokens, sized by the keep-ratio policy from the measured link) and
+VAD on the audio (speech only, as Opus), and sends them over the deadline-aware UDP link
+(optionally through a local fault proxy). Returns `EdgeReport`: what was sent and what the link
+measured.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from streamfuse.sources.config import SourceConfig
 from streamfuse.sources.media import MediaSource
 from streamfuse.testing.netfault import FaultConfig, FaultProxy
 from streamfuse.transport.config import TransportConfig
+from streamfuse.transport.keygate import ContentGate
 from streamfuse.transport.patches import (
     REFERENCES_HELD,
     PatchMessage,
@@ -60,6 +62,9 @@ class EdgeReport:
     speech_s: float = 0.0
     audio_s: float = 0.0
     media_s: float = 0.0
+    #: Key frames of the change detector not sent: no text changed since the last one sent
+    #: (camera shake, lighting, the detector's timeout; `TransportConfig.key_gate`).
+    skipped_key_frames: int = 0
     keep_ratios: list[float] = field(default_factory=list)
     #: Text patches not sent because the cloud had them from an earlier key frame.
     reused_patches: int = 0
@@ -106,6 +111,15 @@ class Edge:
         self.config = config
         self.policy = make_keep_policy(config)
         self.tracker = ChangeTracker(change)
+        self.gate = (
+            ContentGate(config.key_gate_width_px, config.key_gate_min_frac)
+            if config.key_gate
+            else None
+        )
+        #: Sequence of the last key frame sent (the gate's reference), None before the first,
+        #: and whether the cloud acknowledged it (remembered: the sender forgets old ACKs).
+        self._gate_seq: int | None = None
+        self._gate_held = False
         self.detector = detector or TextBoxes(config.det_max_side_px)
         asr = asr or AsrConfig()
         self.speech = SpeechEncoder(
@@ -150,9 +164,27 @@ class Edge:
     async def video(self, frame: VideoFrame) -> None:
         decision = self.tracker.update(frame)
         if decision.key:
-            await self.key_frame(make_key_frame(frame, decision))
+            await self._candidate(make_key_frame(frame, decision))
 
-    async def key_frame(self, key: KeyFrame) -> None:
+    async def _candidate(self, key: KeyFrame) -> None:
+        """Send a key frame of the change detector's, unless the gate finds no text changed
+        since the last one sent and the cloud holds (or will hold) that one."""
+        if self.gate is not None:
+            gate = self.gate
+            if self._gate_seq is not None and not self._gate_held:
+                if self.sender.acked(self._gate_seq):
+                    self._gate_held = True
+                elif self.sender.lost(self._gate_seq):
+                    gate.reset()  # past its deadline: the cloud shows an older picture
+            verdict = await asyncio.to_thread(gate.changed, key.image)
+            if not verdict.changed:
+                self.report.skipped_key_frames += 1
+                return
+            gate.accept(key.image)
+        self._gate_seq, self._gate_held = await self.key_frame(key), False
+
+    async def key_frame(self, key: KeyFrame) -> int:
+        """Code and send `key` (sized by the keep policy); returns its sequence number."""
         with _tracer.start_as_current_span("edge.key_frame", attributes={"t_media": key.t_media}):
             boxes = await asyncio.to_thread(self.detector, key.image)
             if self._probe is not None:  # size the first key frame from a measured link
@@ -196,6 +228,7 @@ class Edge:
         self._last_keep, self._last_scale = min(1.0, message.keep_ratio), message.scale
         self._tick(key.t_media)
         self.report.sent.append((seq, "video", self.sender.send_wall[seq]))
+        return seq
 
     def audio(self, window: AudioFrame) -> None:
         self.audio_end_s = max(self.audio_end_s, window.t_end)
@@ -266,7 +299,7 @@ class Edge:
 
     async def finish(self, timeout_s: float = 10.0) -> EdgeReport:
         for frame, decision in self.tracker.pending():
-            await self.key_frame(make_key_frame(frame, decision))
+            await self._candidate(make_key_frame(frame, decision))
         for chunk in self.speech.flush():
             self._send_speech(chunk)
         self.report_link(final=True)

@@ -246,14 +246,17 @@ def encode_patches(
 ) -> PatchMessage:
     """`reference`: a key frame the cloud holds; patches that match it (after the camera's
     global shift) are not sent but copied from it there. `scale_factor`: the frame goes this
-    much smaller than `text_scale` says (the keep policy's coarser steps)."""
+    much smaller than `text_scale` says (the keep policy's coarser steps). A noisy frame sent
+    coarser drops to `grey_levels` and the clean frames' `text_px` first: at equal bytes, the
+    larger picture reads better than more grey levels (docs/edge-cloud.md)."""
     p = config.patch_px
     w, h = frame.size
     grey = cv2.cvtColor(frame.image, cv2.COLOR_RGB2GRAY)
     noisy = noise_sigma(grey) >= config.denoise_min_sigma
-    scale = max(config.min_scale, text_scale(text_boxes, config, noisy=noisy) * scale_factor)
+    fine = noisy and scale_factor >= 1.0  # the noisy coding: more grey levels, smaller
+    scale = max(config.min_scale, text_scale(text_boxes, config, noisy=fine) * scale_factor)
     sw, sh = max(1, round(w * scale)), max(1, round(h * scale))
-    if config.denoise_px > 1 and config.grey_levels < 256 and noisy:
+    if config.denoise_px > 1 and config.noisy_grey_levels < 256 and noisy:
         k_px = config.denoise_px | 1
         grey = cv2.GaussianBlur(grey, (k_px, k_px), 0)
     shifted: np.ndarray | None = None
@@ -300,7 +303,7 @@ def encode_patches(
     kept = tiles[keep]
     lo = kept.min(axis=(1, 2)) if k else np.zeros(0, dtype=np.uint8)
     hi = kept.max(axis=(1, 2)) if k else np.zeros(0, dtype=np.uint8)
-    levels = config.grey_levels
+    levels = config.noisy_grey_levels if fine else config.grey_levels
     codec = config.patch_codec
     if codec == "packed" and levels > 16:
         codec = "png"  # nothing to pack: 8-bit pixels
@@ -387,6 +390,36 @@ def _tiles(atlas: np.ndarray, k: int, p: int) -> np.ndarray:
     if atlas.shape != (a_rows * p, a_cols * p):
         raise WireError("patch atlas does not decode to the announced patches")
     return atlas.reshape(a_rows, p, a_cols, p).transpose(0, 2, 1, 3).reshape(-1, p, p)[:k]
+
+
+#: Largest difference from the frame's median grey that a patch's paper level may show.
+_PAPER_RANGE = 64
+
+
+def _fill_paper(canvas: np.ndarray, filled: np.ndarray, bg: int, rows: int, cols: int) -> None:
+    """Fill the cells not sent (`canvas` holds `bg` there) with the paper grey of the patches
+    around them: under a camera's uneven lighting one grey for all would leave straight steps
+    along the patch grid, which the OCR's layout takes for the rules of a table. A patch's
+    paper is whichever end of its range lies nearer the frame's median; cells with no patch
+    near keep the median."""
+    if not filled.any() or filled.all():
+        return
+    tiles = canvas[filled]
+    dark = tiles.min(axis=(1, 2)).astype(np.float32)
+    light = tiles.max(axis=(1, 2)).astype(np.float32)
+    paper = np.where(np.abs(light - bg) <= np.abs(dark - bg), light, dark)
+    # A patch all ink (no paper in it) says nothing about the paper: only levels within what
+    # lighting does to a page (a vignette's corners ~25% darker) count.
+    trusted = np.abs(paper - bg) <= _PAPER_RANGE
+    level = np.zeros(rows * cols, dtype=np.float32)
+    weight = np.zeros(rows * cols, dtype=np.float32)
+    level[filled], weight[filled] = np.where(trusted, paper, 0.0), trusted
+    # Normalized convolution: the weighted mean of the paper levels within a few cells.
+    blur = cv2.GaussianBlur(level.reshape(rows, cols), (0, 0), 2.0).ravel()
+    near = cv2.GaussianBlur(weight.reshape(rows, cols), (0, 0), 2.0).ravel()
+    fill = np.where(near > 0.05, blur / np.maximum(near, 1e-6), float(bg))
+    empty = ~filled
+    canvas[empty] = np.clip(np.rint(fill[empty]), 0, 255).astype(np.uint8)[:, None, None]
 
 
 def decode_patches(
@@ -477,6 +510,7 @@ def decode_patches(
             span = np.maximum(hi.astype(np.float32) - lo, 1)[:, None, None]
             tiles = np.clip(np.rint(lo_f + tiles / 255 * span), 0, 255)
         canvas[keep] = tiles.astype(np.uint8)
+    _fill_paper(canvas, keep | reuse, bg, rows, cols)
     sheet = canvas.reshape(rows, cols, p, p).transpose(0, 2, 1, 3).reshape(rows * p, cols * p)
     grey: np.ndarray = sheet[:sh, :sw]
     if (sw, sh) != (w, h):

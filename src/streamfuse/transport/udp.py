@@ -216,6 +216,12 @@ class _SenderBook:
         """Whether the cloud acknowledged message `seq` (one of the last few hundred)."""
         return seq in self._acked
 
+    def lost(self, seq: int) -> bool:
+        """Whether message `seq` was sent and given up (past its deadline, never acknowledged).
+        Acknowledgements older than the last few hundred messages are forgotten: such a
+        message reads as lost (remember `acked` where that matters)."""
+        return seq < self._seq and seq not in self._out and seq not in self._acked
+
     def _note_acked(self, seq: int) -> None:
         self._acked.add(seq)
         if len(self._acked) > 512:
