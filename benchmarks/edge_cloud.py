@@ -205,17 +205,25 @@ def jpeg_bytes(image: np.ndarray, quality: int) -> tuple[int, np.ndarray]:
     return len(buf), np.ascontiguousarray(back)
 
 
+def jpeg_key_frames(
+    engine: RapidOcrEngine, keys: list[KeyFrame], quality: int
+) -> tuple[int, list[str]]:
+    """Bytes of the key frames sent as JPEG at `quality`, and the read of each."""
+    size, hyps = 0, []
+    for k in keys:
+        n, back = jpeg_bytes(k.image, quality)
+        size += n
+        hyps.append(read(engine, back))
+    return size, hyps
+
+
 def jpeg_rows(
     engine: RapidOcrEngine, keys: list[KeyFrame], refs: list[str], label: str
 ) -> list[tuple[str, int, float]]:
     """(label, bytes, CER) of the key frames sent as JPEG at quality 40 and 75."""
     rows = []
     for q in (40, 75):
-        size, hyps = 0, []
-        for k in keys:
-            n, back = jpeg_bytes(k.image, q)
-            size += n
-            hyps.append(read(engine, back))
+        size, hyps = jpeg_key_frames(engine, keys, q)
         rows.append((label.format(q=q), size, mean_cer(refs, hyps)))
     return rows
 
@@ -506,12 +514,7 @@ def rate_accuracy(
     ours_bytes, ours_cer = rows[1][1], rows[1][2]
     fine_bytes, fine_cer = rows[3][1], rows[3][2]
     for q in (40, 75):
-        n_bytes, hyps = 0, []
-        for k in keys:
-            n, back = jpeg_bytes(k.image, q)
-            n_bytes += n
-            hyps.append(read(engine, back))
-        row(f"jpeg_q{q}", n_bytes, hyps)
+        row(f"jpeg_q{q}", *jpeg_key_frames(engine, keys, q))
     ok, ok_fine = [], []
     for crf in crfs:
         n_bytes, frames = h264_point(clip, crf, {k.index for k in keys})
