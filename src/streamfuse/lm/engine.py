@@ -266,7 +266,8 @@ class LMEngine:
                     if w.wants_logits:
                         first = len(ids) if w.kind == "decode" else len(ids) + len(w.tokens) - 1
                         out_rows.extend(range(first, len(ids) + len(w.tokens)))
-                    segments.append(Segment(w.seq.slot.index, start, len(w.tokens)))
+                    exact = w.kind == "decode"  # drafts must verify bit-identically
+                    segments.append(Segment(w.seq.slot.index, start, len(w.tokens), exact))
                     ids.extend(w.tokens)
             t0 = time.perf_counter()
             self.model.observer = self.attention
