@@ -105,29 +105,13 @@ class TcpSender(_SenderBook):
         seq = head.sequence
         datagrams = [encode(p) for p in fragment(head, payload, self.config.mtu_bytes)]
         now = now_wall()
-        pending = _Pending(len(payload), len(datagrams), now)
-        if reliable:
-            pending.acked = asyncio.get_running_loop().create_future()
-        self._out[seq] = pending
-        self._idle.clear()
-        self.send_wall[seq] = now
-        self.stats.messages += 1
+        self._enlist(seq, _Pending(len(payload), len(datagrams), now), now, reliable)
         if self._writer.is_closing():
             raise TransportError("the TCP connection to the cloud is closed")
         for d in datagrams:
             self._writer.write(_LEN.pack(len(d)) + d)
             self.stats.datagrams += 1
             self.stats.bytes += len(d) + _LEN.size
-        return seq
-
-    async def send_reliable(self, template: Packet, payload: bytes, timeout_s: float) -> int:
-        seq = self.send(template, payload, reliable=True)
-        fut = self._out[seq].acked
-        assert fut is not None
-        try:
-            await asyncio.wait_for(asyncio.shield(fut), timeout_s)
-        except TimeoutError as e:
-            raise TransportError(f"no acknowledgement from the cloud within {timeout_s} s") from e
         return seq
 
     async def drain(self, timeout_s: float) -> None:

@@ -206,6 +206,29 @@ class _SenderBook:
     ) -> int:
         raise NotImplementedError
 
+    def _enlist(self, seq: int, out: Any, now: float, reliable: bool) -> None:
+        """Book message `seq` (`out`: its in-flight record, with an `acked` field) as sent at
+        `now`; a reliable one gets the future its acknowledgement resolves."""
+        if reliable:
+            out.acked = asyncio.get_running_loop().create_future()
+        self._out[seq] = out
+        self._idle.clear()
+        self.send_wall[seq] = now
+        if len(self.send_wall) > _SEND_LOG:  # a bounded log: the oldest entries go first
+            del self.send_wall[next(iter(self.send_wall))]
+        self.stats.messages += 1
+
+    async def send_reliable(self, template: Packet, payload: bytes, timeout_s: float) -> int:
+        """Send and wait for the acknowledgement (raises `TransportError` after `timeout_s`)."""
+        seq = self.send(template, payload, deadline_s=timeout_s, reliable=True)
+        fut = self._out[seq].acked
+        assert fut is not None
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+        except TimeoutError as e:
+            raise TransportError(f"no acknowledgement from the cloud within {timeout_s} s") from e
+        return seq
+
     def estimate(self) -> LinkEstimate:
         """RTT, RTO, loss, bandwidth and the payload bytes still in flight, as the keep policy
         reads them."""
@@ -331,28 +354,10 @@ class UdpSender(_UdpEnd, _SenderBook):
             reliable,
             sent_wall=now,
         )
-        if reliable:
-            out.acked = asyncio.get_running_loop().create_future()
-        self._out[seq] = out
-        self._idle.clear()
-        self.send_wall[seq] = now
-        if len(self.send_wall) > _SEND_LOG:  # a bounded log: the oldest entries go first
-            del self.send_wall[next(iter(self.send_wall))]
-        self.stats.messages += 1
+        self._enlist(seq, out, now, reliable)
         for d in datagrams:
             self._put(d)
         out.last_send_wall = now_wall()
-        return seq
-
-    async def send_reliable(self, template: Packet, payload: bytes, timeout_s: float) -> int:
-        """Send and wait for the acknowledgement (raises `TransportError` after `timeout_s`)."""
-        seq = self.send(template, payload, deadline_s=timeout_s, reliable=True)
-        fut = self._out[seq].acked
-        assert fut is not None
-        try:
-            await asyncio.wait_for(asyncio.shield(fut), timeout_s)
-        except TimeoutError as e:
-            raise TransportError(f"no acknowledgement from the cloud within {timeout_s} s") from e
         return seq
 
     async def drain(self, timeout_s: float) -> None:
