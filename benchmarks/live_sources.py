@@ -4,7 +4,8 @@ Each source runs the whole pipeline (`--realtime`, default models) on the bundle
 served by a real server on 127.0.0.1: HTTP with and without Range, the badly interleaved
 layout (streams stored one after the other) over HTTP without Range, HLS, fragmented MP4,
 MPEG-TS over UDP, RTSP (a sender process pushing to a listening reader) and RTSP pulled from
-a real server (Debian's rtsp-server-perl relay the sender publishes to); as a reference, the
+a real server (Debian's rtsp-server-perl relay the sender publishes to: `rtsp-server` joins
+before the first packet, `rtsp-server-join` mid-stream); as a reference, the
 clip remuxed to MPEG-TS and read from disk (`file-ts`). Prints OCR CER,
 ASR WER and `asr` latency p50/p95 per source with the acceptance checks (CER and WER within
 1 point of the file run, `asr` p95 within 1.3x of it); the last line is one JSON object.
@@ -47,6 +48,7 @@ SOURCES = (
     "udp",
     "rtsp",
     "rtsp-server",
+    "rtsp-server-join",
 )
 
 Setup = Callable[[Path], Any]
@@ -94,13 +96,22 @@ def _source(kind: str, root: Path, clip: Path) -> Iterator[tuple[str, dict[str, 
         url = f"rtsp://127.0.0.1:{port}/live"
         with Pusher(clip, url, format="rtsp", options={"rtsp_transport": "tcp"}, delay_s=2.0):
             yield url, {"input_options": {"rtsp_flags": "listen", "rtsp_transport": "tcp"}}
-    elif kind == "rtsp-server":
+    elif kind in ("rtsp-server", "rtsp-server-join"):
         # Pulled from a real RTSP server (Debian's rtsp-server-perl relay) the clip is pushed
-        # to: the stream stalls when the sender is done, which ends the run.
+        # to: the stream stalls when the sender is done, which ends the run. In `rtsp-server`
+        # the reader joins after the sender has announced the stream and before its first
+        # packet, so it reads the whole clip, as the other rows do; in `rtsp-server-join` it
+        # joins a relay already forwarding (a camera that was on before the reader), so it
+        # starts mid-stream, wherever its join falls.
         with RtspServer() as server:
             push = {"rtsp_transport": "udp"}
-            with Pusher(clip, server.publish_url(), format="rtsp", options=push, delay_s=2.0):
+            hold = kind == "rtsp-server"
+            with Pusher(
+                clip, server.publish_url(), format="rtsp", options=push, delay_s=2.0, hold=hold
+            ) as pusher:
                 server.wait_published()
+                if hold:
+                    server.release_on_join(pusher)
                 options = {"buffer_size": "8388608"}
                 yield server.url(), {"input_options": options, "reconnect_attempts": 0}
     else:

@@ -9,10 +9,13 @@
 - soak: the clips looped, `streamfuse run --realtime` for `--soak-s`, resident memory sampled
   (every 10 s, reported per minute), then SIGTERM: lost events (produced but not written),
   latency p95 of the first vs the last window;
-- overload: 4x the live streams this machine holds (from the soak's CPU per media second)
-  in one realtime run: drops per edge, latency p95 of what was admitted, crashes.
+- overload: 4x the live streams this machine holds (from the soak's CPU per media second, or
+  `--overload-streams`) in one realtime run with the default speech shedding and, side by
+  side, one with it off (`audio_shed_after_s` 0, the baseline): drops per edge, latency p95
+  of what was admitted, crashes.
 
     python benchmarks/reliability.py [--quick] [--files N] [--soak-s S] [--no-soak]
+        [--no-overload] [--overload-streams N] [--overload-s S]
 
 `--quick` (100 files, a 3-minute soak, a 10 s overload) takes under 10 minutes on 2 cores.
 Ends with one JSON line. The worker mode (`--worker`) is internal.
@@ -382,15 +385,23 @@ def soak(work: Path, soak_s: float, window_s: float) -> dict[str, Any]:
     }
 
 
-def overload(work: Path, n: int, seconds: float) -> dict[str, Any]:
+def overload(work: Path, n: int, seconds: float, *, shed: bool = True) -> dict[str, Any]:
+    """`n` live streams of a `seconds` cut of the demo clip in one realtime run; `shed`
+    False turns speech shedding off (`audio_shed_after_s` 0)."""
     clip = work / "overload.mp4"
     from streamfuse.testing.media import cut
 
-    cut(DEMO, clip, seconds)
-    out = work / "overload.jsonl"
+    if not clip.exists():
+        cut(DEMO, clip, seconds)
+    out = work / f"overload-{'shed' if shed else 'noshed'}.jsonl"
+    extra: list[str] = []
+    if not shed:
+        config = work / "noshed.json"
+        config.write_text(json.dumps({"audio_shed_after_s": 0}))
+        extra = ["--config", str(config)]
     t0 = time.monotonic()
     proc = subprocess.run(
-        _cli("run", *[str(clip)] * n, "--realtime", "--no-live", "--out", str(out)),
+        _cli("run", *[str(clip)] * n, "--realtime", "--no-live", "--out", str(out), *extra),
         capture_output=True,
         text=True,
         timeout=seconds * 4 + 300,
@@ -443,6 +454,15 @@ def main() -> None:
     )
     parser.add_argument("--no-soak", action="store_true", help="no soak (and so no overload)")
     parser.add_argument("--no-overload", action="store_true")
+    parser.add_argument(
+        "--overload-streams",
+        type=int,
+        help="live streams in the overload run (default 4x what the soak says this machine "
+        "holds; given, the overload runs without a soak)",
+    )
+    parser.add_argument(
+        "--overload-s", type=float, help="seconds of the clip cut (default 120, quick 10)"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -515,23 +535,36 @@ def main() -> None:
                 soak_exit=s["exit"],
                 soak_wall_s=round(time.monotonic() - t),
             )
-        if not args.no_soak and not args.no_overload:
-            per_stream = s["cpu_s_per_media_s"] or 1.0
-            held = max(1, int((os.cpu_count() or 1) * 0.8 / per_stream))
-            n = 4 * held
+        if not args.no_overload and (args.overload_streams or not args.no_soak):
+            if args.overload_streams:
+                n, held = args.overload_streams, None
+            else:
+                per_stream = s["cpu_s_per_media_s"] or 1.0
+                held = max(1, int((os.cpu_count() or 1) * 0.8 / per_stream))
+                n = 4 * held
             print(f"overload: {n} live streams (this machine holds ~{held})", flush=True)
             # Quick: a 10 s cut. Its cost is the streams' model loads plus the speech backlog
             # worked through after the input ends; 20 s took 4 of the 10 minutes when loaded.
-            o = overload(work, n, 10.0 if args.quick else 120.0)
-            print(f"  {json.dumps(o)}", flush=True)
+            seconds = args.overload_s or (10.0 if args.quick else 120.0)
+            o = overload(work, n, seconds)
+            print(f"  speech shed when 10 s behind (default): {json.dumps(o)}", flush=True)
+            b = overload(work, n, seconds, shed=False)
+            print(f"  no shedding (baseline): {json.dumps(b)}", flush=True)
+            p95, base = o["latency_p95_ms"], b["latency_p95_ms"]
             summary.update(
                 overload_streams=n,
                 overload_held=held,
                 overload_exit=o["exit"],
                 overload_drops_per_edge=o["drops_per_edge"],
-                overload_latency_p95_ms=o["latency_p95_ms"],
+                overload_latency_p95_ms=p95,
                 overload_streams_with_results=o["streams_with_results"],
                 overload_wall_s=o["wall_s"],
+                overload_noshed_exit=b["exit"],
+                overload_noshed_latency_p95_ms=base,
+                overload_noshed_wall_s=b["wall_s"],
+                overload_asr_p95_ratio_shed_noshed=(
+                    round(p95["asr"] / base["asr"], 3) if p95["asr"] and base["asr"] else None
+                ),
             )
         summary["total_s"] = round(time.monotonic() - t0)
     print(json.dumps(summary))

@@ -55,6 +55,15 @@ class StreamfuseConfig(BaseModel):
     audio_queue: int = Field(
         3000, ge=50, le=100_000, description="20 ms audio windows buffered before ASR (60 s)."
     )
+    audio_shed_after_s: float = Field(
+        10.0,
+        ge=0.0,
+        le=600.0,
+        description="Live input: when speech recognition falls this many seconds behind the "
+        "audio's arrival, the queued audio older than half of it is skipped (counted as drops "
+        "on the edge into ASR), so the speech that is transcribed keeps a bounded latency on "
+        "an overloaded machine. 0: never skip (all speech is transcribed, however late).",
+    )
     vision: VisionConfig = Field(
         default_factory=VisionConfig,
         description="Change detection, OCR and the resolution policy (`vision.policy`).",
@@ -429,7 +438,17 @@ async def build_pipeline(
                 live=config.realtime or source.live,
                 name=asr_name,
             )
-            pipeline.link(source, asr, maxsize=config.audio_queue)
+            if (config.realtime or source.live) and config.audio_shed_after_s > 0:
+                # Live speech transcribed a minute late is of no use: past the bound, skip.
+                pipeline.link(
+                    source,
+                    asr,
+                    maxsize=config.audio_queue,
+                    policy=OverloadPolicy.SHED_LATE,
+                    max_age_s=config.audio_shed_after_s,
+                )
+            else:
+                pipeline.link(source, asr, maxsize=config.audio_queue)
             branch_ends.append(asr)
         elif config.asr:
             warnings.append(

@@ -69,6 +69,24 @@ def test_build_pipeline_primes_each_asr_stage_with_its_streams_ocr() -> None:
         assert asr.screen_terms is None
 
 
+def test_live_speech_is_linked_to_shed_when_far_behind() -> None:
+    """Live runs skip audio recognition has fallen `audio_shed_after_s` behind on; offline
+    runs, and live ones with the bound at 0, never skip."""
+    from streamfuse.app import StreamfuseConfig, build_pipeline
+    from streamfuse.pipeline import OverloadPolicy
+
+    clip = ASSETS / "short.mp4"
+    for config, policy in (
+        (StreamfuseConfig(ocr=False, realtime=True), OverloadPolicy.SHED_LATE),
+        (StreamfuseConfig(ocr=False), OverloadPolicy.BLOCK),
+        (StreamfuseConfig(ocr=False, realtime=True, audio_shed_after_s=0), OverloadPolicy.BLOCK),
+    ):
+        job = asyncio.run(build_pipeline([str(clip)], config, [CollectSink()]))
+        (asr,) = [s for s in job.pipeline.stages if isinstance(s, AsrStage)]
+        assert asr.input_policy is policy
+        asyncio.run(job.sources[0].close())
+
+
 def _transcribe(name: str, primed: bool) -> str:
     from faster_whisper import decode_audio
 

@@ -18,6 +18,7 @@ import pytest
 
 from streamfuse.audio import AsrConfig, AsrStage, ScreenTerms, Transcriber, Word
 from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, AudioFrame, ErrorFrame, EventFrame
+from streamfuse.pipeline import OverloadPolicy
 from streamfuse.testing import run_stage
 
 pytestmark = pytest.mark.unit
@@ -233,3 +234,53 @@ def test_with_an_overlap_gate_off_topic_slides_prime_nothing(clip: np.ndarray) -
     asyncio.run(_run(AsrStage(gated, transcriber=fake, screen_terms=on_topic), clip))
     assert not fake.hotwords[0]  # nothing heard yet
     assert "Kubernetes" in fake.hotwords[-1]
+
+
+class DeafTranscriber(Transcriber):
+    """A model that hears nothing (the test is about the audio the stage is given)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def transcribe(
+        self,
+        audio: np.ndarray,
+        prompt: str = "",
+        *,
+        fast: bool = False,
+        hotwords: Sequence[str] = (),
+    ) -> list[Word]:
+        self.calls += 1
+        return []
+
+
+def test_the_stage_goes_on_through_stretches_a_shedding_input_skipped(clip: np.ndarray) -> None:
+    """Live audio stamped 20 ms apart in arrival, all queued at once (a consumer far behind):
+    the `SHED_LATE` input skips stretches of it, the stage fills the holes with silence and
+    ends cleanly, and frames taken + frames dropped account for every frame; a blocking input
+    takes all of them."""
+    frames = [
+        AudioFrame(t_media=i / SR, samples=clip[i : i + 320], arrival_wall=1000.0 + i / SR)
+        for i in range(0, len(clip) - 320 + 1, 320)
+    ]
+    shed = AsrStage(AsrConfig(update_interval_s=0.5), transcriber=DeafTranscriber())
+    out = asyncio.run(
+        run_stage(
+            shed,
+            frames,
+            lockstep=False,
+            policy=OverloadPolicy.SHED_LATE,
+            max_age_s=2.0,
+            maxsize=len(frames),
+        )
+    )
+    assert not [f for f in out if isinstance(f, ErrorFrame)]
+    assert shed.stats.dropped > 0
+    taken = shed.stats.frames - 1  # the end-of-stream flush is a call too
+    assert taken + shed.stats.dropped == len(frames)
+    assert (
+        taken * 320 / SR < len(clip) / SR - 2.0
+    )  # stretches were skipped, not a window here and there
+    whole = AsrStage(AsrConfig(update_interval_s=0.5), transcriber=DeafTranscriber())
+    asyncio.run(run_stage(whole, frames, lockstep=False, maxsize=len(frames)))
+    assert whole.stats.dropped == 0 and whole.stats.frames - 1 == len(frames)

@@ -86,6 +86,53 @@ def test_latest_only_keeps_one_and_never_drops_system_frames() -> None:
     asyncio.run(go())
 
 
+def test_shed_late_skips_a_stretch_once_the_oldest_is_too_old() -> None:
+    """Frames arriving once a second into a queue nobody reads: nothing is dropped while the
+    oldest is at most 4 s older than the newest; the fifth-second arrival sheds every frame
+    more than 2 s older than it, in one contiguous stretch, and system frames stay."""
+
+    def at(i: int) -> TextFrame:
+        return TextFrame(text=str(i), t_media=float(i), arrival_wall=100.0 + i)
+
+    async def go() -> None:
+        q = FrameQueue(100, OverloadPolicy.SHED_LATE, max_age_s=4.0)
+        dropped: list[Frame] = []
+        await q.put(at(0))
+        await q.put(EndOfStream())
+        for i in range(1, 5):
+            dropped += await q.put(at(i))
+        assert dropped == []
+        dropped += await q.put(at(5))
+        assert [f.text for f in dropped] == ["0", "1", "2"]  # type: ignore[attr-defined]
+        items = await _drain(q)
+        assert [type(f).__name__ for f in items] == ["EndOfStream", *["TextFrame"] * 3]
+        assert [f.text for f in items[1:]] == ["3", "4", "5"]  # type: ignore[attr-defined]
+        assert q.dropped == 3 and q.data_depth == 0
+
+    asyncio.run(go())
+
+
+def test_shed_late_still_blocks_when_full() -> None:
+    async def go() -> None:
+        q = FrameQueue(2, OverloadPolicy.SHED_LATE, max_age_s=60.0)
+        await q.put(_text(0))
+        await q.put(_text(1))
+        blocked = asyncio.create_task(q.put(_text(2)))
+        await asyncio.sleep(0.01)
+        assert not blocked.done()
+        await q.get()
+        await asyncio.wait_for(blocked, 1.0)
+
+    asyncio.run(go())
+
+
+def test_max_age_goes_with_shed_late_only() -> None:
+    with pytest.raises(ConfigError, match="max_age_s"):
+        FrameQueue(4, OverloadPolicy.BLOCK, max_age_s=1.0)
+    with pytest.raises(ConfigError, match="max_age_s"):
+        FrameQueue(4, OverloadPolicy.SHED_LATE)
+
+
 def test_block_policy_applies_backpressure() -> None:
     async def go() -> None:
         q = FrameQueue(2, OverloadPolicy.BLOCK)

@@ -99,8 +99,10 @@ class Pipeline:
         *,
         policy: OverloadPolicy = OverloadPolicy.BLOCK,
         maxsize: int = 16,
+        max_age_s: float | None = None,
     ) -> Pipeline:
-        """Send `producer`'s frames to `consumer` through a bounded queue."""
+        """Send `producer`'s frames to `consumer` through a bounded queue (`max_age_s`: the
+        bound of a `SHED_LATE` policy, seconds of arrival time)."""
         for node in (producer, consumer):
             if isinstance(node, Source):
                 if node not in self._sources:
@@ -109,7 +111,7 @@ class Pipeline:
                 self._stages.append(node)
         inbox = self._inbox.get(id(consumer))
         if inbox is None:
-            inbox = _Inbox(FrameQueue(maxsize, policy))
+            inbox = _Inbox(FrameQueue(maxsize, policy, max_age_s=max_age_s))
             self._inbox[id(consumer)] = inbox
             consumer._bind_input(inbox.queue)
         elif inbox.queue.policy is not OverloadPolicy(policy):

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -196,6 +196,35 @@ class RtspServer:
             time.sleep(0.1)
         raise TimeoutError(f"nothing published at {self.url(path)} within {timeout_s} s")
 
+    def wait_reader(self, timeout_s: float = 120.0) -> None:
+        """Until a reader holds a connection to the server's client port (after a
+        `wait_published`, whose own connection is closed by then)."""
+        import psutil
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for conn in psutil.net_connections(kind="tcp"):
+                if conn.status == psutil.CONN_ESTABLISHED and conn.laddr.port == self.client_port:
+                    return
+            time.sleep(0.05)
+        raise TimeoutError(f"no reader joined {self.url()} within {timeout_s} s")
+
+    def release_on_join(self, pusher: Pusher, settle_s: float = 0.5) -> threading.Thread:
+        """Start a held sender (`Pusher(..., hold=True)`) from a thread once a reader has
+        connected and had `settle_s` to PLAY: the reader gets the stream from its first
+        packet. The sender is released after `wait_reader`'s timeout too."""
+
+        def release() -> None:
+            try:
+                self.wait_reader()
+                time.sleep(settle_s)
+            finally:
+                pusher.release()
+
+        thread = threading.Thread(target=release, name="rtsp-release", daemon=True)
+        thread.start()
+        return thread
+
     def close(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -219,7 +248,9 @@ def _accepts(port: int) -> bool:
 class Pusher:
     """A process that sends `clip` to `url` (muxer `format`) at wall-clock speed, from
     `start_s` into the clip, after `delay_s`. At clip time `stop_s` the process dies (no
-    goodbye, no trailer), as a crashed sender; `kill` does the same at any moment."""
+    goodbye, no trailer), as a crashed sender; `kill` does the same at any moment. With `hold`
+    it opens the output (an RTSP sender ANNOUNCEs and RECORDs) and waits for `release` before
+    the first packet, so readers can join a relay before the stream starts."""
 
     def __init__(
         self,
@@ -231,15 +262,24 @@ class Pusher:
         stop_s: float | None = None,
         options: dict[str, str] | None = None,
         delay_s: float = 0.0,
+        hold: bool = False,
     ) -> None:
         cmd = [sys.executable, "-m", "streamfuse.testing.live", str(clip), url, "--format", format]
         cmd += ["--start", str(start_s), "--delay", str(delay_s)]
         if stop_s is not None:
             cmd += ["--die-at", str(stop_s)]
+        if hold:
+            cmd.append("--hold")
         for key, value in (options or {}).items():
             cmd += ["-o", f"{key}={value}"]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-        self.proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE)
+        stdin = subprocess.PIPE if hold else subprocess.DEVNULL
+        self.proc = subprocess.Popen(cmd, env=env, stdin=stdin, stderr=subprocess.PIPE)
+
+    def release(self) -> None:
+        """Let a held sender start sending."""
+        if self.proc.stdin is not None and not self.proc.stdin.closed:
+            self.proc.stdin.close()
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -256,8 +296,9 @@ class Pusher:
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.kill()
-        if self.proc.stderr is not None:
-            self.proc.stderr.close()
+        for pipe in (self.proc.stdin, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 def push(
@@ -268,11 +309,16 @@ def push(
     start_s: float = 0.0,
     options: dict[str, str] | None = None,
     die_at_s: float | None = None,
+    hold: Callable[[], object] | None = None,
 ) -> None:
     """Send `clip`'s packets (no re-encode) to `url` at wall-clock speed, from the last key
-    frame at or before `start_s`. At clip time `die_at_s` the whole process exits at once."""
+    frame at or before `start_s`. At clip time `die_at_s` the whole process exits at once.
+    `hold`, when given, is called after the output is opened and before the first packet."""
     with av.open(str(clip)) as inp, av.open(url, "w", format=format, options=options or {}) as out:
         mapping = {s.index: out.add_stream_from_template(s) for s in inp.streams}
+        if hold is not None:
+            out.start_encoding()  # the header: an RTSP sender's ANNOUNCE, SETUP and RECORD
+            hold()
         if start_s > 0:
             inp.seek(int(start_s * av.time_base))
         t0_wall: float | None = None
@@ -301,6 +347,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--delay", type=float, default=0.0, help="wait this long first")
     parser.add_argument("--die-at", type=float, help="exit at once at this clip time")
     parser.add_argument("-o", action="append", default=[], help="muxer option key=value")
+    parser.add_argument(
+        "--hold", action="store_true", help="open the output, then wait for stdin to close"
+    )
     args = parser.parse_args(argv)
     time.sleep(args.delay)
     options = dict(o.split("=", 1) for o in args.o)
@@ -311,6 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         start_s=args.start,
         options=options,
         die_at_s=args.die_at,
+        hold=sys.stdin.read if args.hold else None,
     )
     return 0
 

@@ -60,14 +60,18 @@ async def run_stage(
     lockstep: bool = True,
     policy: OverloadPolicy = OverloadPolicy.BLOCK,
     maxsize: int = 16,
+    max_age_s: float | None = None,
 ) -> list[Frame]:
-    """Set up `stage`, feed it `frames` through a `policy` input of `maxsize`, flush it at end
+    """Set up `stage`, feed it `frames` through a `policy` input of `maxsize` (`max_age_s`
+    with `SHED_LATE`), flush it at end
     of stream and tear it down (all by `Pipeline.run`); return every frame the stage created,
     in order, including the `ErrorFrame`s the runner made of its failures (not the end of
     stream passing through)."""
     feed = _Feed(list(frames), stage, lockstep)
     recorder = _Recorder(stage, feed)
-    pipeline = Pipeline(f"run_stage:{stage.name}").link(feed, stage, policy=policy, maxsize=maxsize)
+    pipeline = Pipeline(f"run_stage:{stage.name}").link(
+        feed, stage, policy=policy, maxsize=maxsize, max_age_s=max_age_s
+    )
     await pipeline.observe(recorder).run()
     return recorder.emitted
 
