@@ -73,11 +73,11 @@ class FrameQueue:
     def _shed_late(self, newest: Frame) -> list[Frame]:
         """`SHED_LATE`: the queued data frames to skip before admitting `newest`."""
         assert self.max_age_s is not None
-        data = [f for f in self._items if not isinstance(f, SystemFrame)]
-        if not data or newest.arrival_wall - data[0].arrival_wall <= self.max_age_s:
+        oldest = next((f for f in self._items if not isinstance(f, SystemFrame)), None)
+        if oldest is None or newest.arrival_wall - oldest.arrival_wall <= self.max_age_s:
             return []
         cut = newest.arrival_wall - self.max_age_s / 2
-        late = [f for f in data if f.arrival_wall < cut]
+        late = [f for f in self._items if not isinstance(f, SystemFrame) and f.arrival_wall < cut]
         gone = {id(f) for f in late}
         self._items = deque(f for f in self._items if id(f) not in gone)
         self._data_count -= len(late)
