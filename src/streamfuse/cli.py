@@ -190,6 +190,14 @@ async def _run(
     return collect.records, summary
 
 
+def _need_ray() -> None:
+    """`--ray` given: Ray must be installed."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        raise _fail("--ray needs Ray: pip install 'streamfuse[scale]'") from None
+
+
 async def _run_ray(
     inputs: list[str], config: Any, out_path: Path | None, address: str
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -542,10 +550,7 @@ def _run_main(
         if ray_address is not None:
             if resume is not None:
                 raise _fail("--resume is not supported with --ray")
-            try:
-                import ray  # noqa: F401
-            except ImportError:
-                raise _fail("--ray needs Ray: pip install 'streamfuse[scale]'") from None
+            _need_ray()
             records, _ = asyncio.run(_run_ray(inputs, config, out_path, ray_address))
         else:
             records, _ = asyncio.run(
@@ -1061,6 +1066,15 @@ def serve(
         typer.Option("--files/--no-files", help="Let sessions read local files by path."),
     ] = True,
     asr_model: Annotated[str, typer.Option(help="tiny.en, base, or a model path.")] = "tiny.en",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            metavar="ADDRESS",
+            help="Run URL and file sessions on a Ray cluster (`local`, `auto` or the head's "
+            "HOST:PORT, as `run --ray`); live sessions and sessions with a question stay here.",
+        ),
+    ] = None,
     otlp: OtlpOption = None,
     trace_ratio: TraceRatioOption = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
@@ -1081,6 +1095,9 @@ def serve(
             lm={"ask": ask} if ask else None,
         )
         options: dict[str, Any] = {"token": token} if token else {}
+        if ray_address is not None:
+            _need_ray()
+            options["ray"] = {"address": ray_address}
         config = ServeConfig(
             host=host,
             port=port,

@@ -88,3 +88,50 @@ def test_a_bad_input_fails_as_a_local_run_does(cluster: Any, tmp_path: Path) -> 
         asyncio.run(
             run_on_ray([str(missing)], StreamfuseConfig(), [], RayConfig(address=cluster.address))
         )
+
+
+def test_serve_runs_url_sessions_on_the_cluster(cluster: Any) -> None:
+    """`serve --ray`: URL and file sessions run on the cluster's nodes (two at once share the
+    nodes' hosts), their results reach the session's subscribers as a local session's do; a
+    session stopped mid-run ends with its summary, and a bad input is refused by name."""
+    from streamfuse.server import ServeConfig, serve_in_thread
+    from streamfuse.server.client import ServeClient
+
+    config = StreamfuseConfig()
+    reference = run_local([str(SHORT)], config)
+    serve = ServeConfig(
+        port=0, token="ray-test-token", ray=RayConfig(address=cluster.address), job=config
+    )
+
+    async def scenario(url: str) -> None:
+        async with ServeClient(url, serve.token, timeout_s=120.0) as client:
+            bad = await client.http.post("/api/sessions", json={"input": "/no/such/clip.mp4"})
+            assert bad.status_code == 400 and "input not found: /no/such/clip.mp4" in bad.text
+            ids = [(await client.create_session(input=str(SHORT)))["id"] for _ in range(2)]
+            got = await asyncio.gather(*(_collect(client, i) for i in ids))
+            infos = [await client.session(i) for i in ids]
+            for records, info in zip(got, infos, strict=True):
+                assert info["status"] == "finished" and info["ray"]["nodes"], info
+                assert committed_words(records, "short") == committed_words(reference, "short")
+                assert slide_texts(records, "short") == slide_texts(reference, "short")
+                assert records[-1]["type"] == "stats" and records[-1]["final"] is True
+                ids_seen = [r["id"] for r in records if "id" in r]
+                assert len(ids_seen) == len(set(ids_seen))
+            # Placed least-loaded first: the two sessions ran on the two nodes.
+            assert {info["ray"]["nodes"][0] for info in infos} == {
+                n["NodeID"] for n in ray.nodes() if n["Alive"]
+            }
+            live = await client.create_session(input=str(SHORT), realtime=True)
+            async for record in client.events(live["id"]):
+                if record["type"] in ("ocr", "asr"):
+                    break
+            stopped = await client.stop(live["id"])
+            assert stopped["status"] == "stopped"
+            assert stopped["summary"]["type"] == "stats" and stopped["summary"]["final"] is True
+
+    with serve_in_thread(serve) as url:
+        asyncio.run(asyncio.wait_for(scenario(url), 300))
+
+
+async def _collect(client: Any, session_id: str) -> list[dict[str, Any]]:
+    return [r async for r in client.events(session_id)]

@@ -1,13 +1,13 @@
 """Stream branches on a Ray cluster: one host actor per node runs the streams placed there.
 
-`run_on_ray` places each input's branch (source -> OCR / ASR) on a node of the cluster, pulls
-its events in batches into this process's sinks, and restarts a stream whose node died on a
-live node. A restarted stream replays its input and the driver's `Ledger` lets through only
-what lies past the stream's last committed media time (speech words by their midpoint, slide
-text by its start, anything else by its key), so no committed event is lost or repeated even
-where the replay segments the speech differently. Back-pressure crosses nodes: a host holds at
-most `RayConfig.buffer` undelivered events per stream; past that its sink waits, and the
-stream's pipeline waits behind it.
+`RayStreams.run` (`run_on_ray`) places each input's branch (source -> OCR / ASR) on a node
+of the cluster, pulls its events in batches into this process's sinks, and restarts a stream
+whose node died on a live node. A restarted stream replays its input and the driver's `Ledger`
+lets through only what lies past the stream's last committed media time (speech words by their
+midpoint, slide text by its start, anything else by its key), so no committed event is lost or
+repeated even where the replay segments the speech differently. Back-pressure crosses nodes:
+a host holds at most `RayConfig.buffer` undelivered events per stream; past that its sink
+waits, and the stream's pipeline waits behind it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import logging
 import os
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -210,28 +210,38 @@ class StreamHost:
         return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
 
     async def start(
-        self, stream_id: str, location: str, config_json: str, n_streams: int, buffer: int
+        self,
+        stream_id: str,
+        location: str,
+        config_json: str,
+        n_streams: int,
+        buffer: int,
+        key: str | None = None,
     ) -> dict[str, Any]:
-        """Open `location` and start its branch; returns its duration (None: live)."""
+        """Open `location` and start its branch as stream `stream_id`, held under `key`
+        (default: the stream id; several drivers sharing a host give each run its own);
+        returns its duration (None: live)."""
         from streamfuse.app import StreamfuseConfig, build_pipeline, media_source, run_job
 
-        await self.stop(stream_id)
+        key = key or stream_id
+        await self.stop(key)
         config = StreamfuseConfig.model_validate_json(config_json)
         source = media_source(location, stream_id, config)
         sink = _QueueSink(buffer)
         job = await build_pipeline(
             [source], config, [sink], n_streams=n_streams, models=self._model_set(config)
         )
-        task = asyncio.create_task(run_job(job, [sink]), name=f"stream:{stream_id}")
-        self._streams[stream_id] = _Hosted(job, sink, task)
+        task = asyncio.create_task(run_job(job, [sink]), name=f"stream:{key}")
+        self._streams[key] = _Hosted(job, sink, task)
         return {"duration_s": source.duration_s}
 
     async def pull(
-        self, stream_id: str, max_n: int, wait_s: float
+        self, key: str, max_n: int, wait_s: float
     ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-        """Up to `max_n` records (waiting up to `wait_s` for the first), and the stream's
-        final `stats` record once it has ended and every record was pulled."""
-        hosted = self._streams[stream_id]
+        """Up to `max_n` records of the stream held under `key` (waiting up to `wait_s` for
+        the first), and its final `stats` record once it has ended and every record was
+        pulled."""
+        hosted = self._streams[key]
         sink = hosted.sink
         if not sink.extra and sink.queue.empty() and not hosted.task.done():
             getter = asyncio.ensure_future(sink.queue.get())
@@ -242,13 +252,14 @@ class StreamHost:
                 getter.cancel()
         records = sink.take(max_n)
         if hosted.task.done() and not sink.extra and sink.queue.empty():
-            del self._streams[stream_id]
+            del self._streams[key]
             hosted.task.result()  # a failure of the run reaches the driver
             return records, hosted.job.summary()
         return records, None
 
-    async def stop(self, stream_id: str) -> None:
-        hosted = self._streams.pop(stream_id, None)
+    async def stop(self, key: str) -> None:
+        """Stop the stream held under `key` now (nothing to do if it ended)."""
+        hosted = self._streams.pop(key, None)
         if hosted is not None and not hosted.task.done():
             hosted.job.pipeline.request_stop()
             hosted.task.cancel()
@@ -279,6 +290,8 @@ class StreamRun:
 
     stream_id: str
     location: str
+    #: What its node's host holds it under (the stream id, or a caller's unique key).
+    key: str = ""
     nodes: list[str] = field(default_factory=list)
     restarts: int = 0
     events: int = 0
@@ -364,90 +377,138 @@ class _Cluster:
         self.load.pop(node_id, None)
 
 
+class RayStreams:
+    """The driver: places stream branches on a Ray cluster's nodes and pulls their events.
+
+    One instance can serve many `run` calls at once (`streamfuse serve` gives each URL
+    session its own call): they share one host actor per node (so a node's models load once
+    for all of them) and its placement counts.
+    """
+
+    def __init__(self, config: RayConfig | None = None) -> None:
+        self.config = config or RayConfig()
+        self._cluster = _Cluster(self.config)
+        self._nodes: int | None = None
+
+    async def connect(self) -> int:
+        """Join (or start) the cluster; returns its live nodes."""
+        if self._nodes is None:
+            self._nodes = await asyncio.to_thread(self._cluster.connect)
+        return self._nodes
+
+    async def run(
+        self,
+        inputs: Sequence[str],
+        config: StreamfuseConfig,
+        sinks: Sequence[EventSink],
+        *,
+        keys: Sequence[str] | None = None,
+        on_start: Callable[[StreamRun], None] | None = None,
+    ) -> RayReport:
+        """Run every input's branch on the cluster; its events go to `sinks` (their `write`),
+        then one merged final `stats` record. `keys` (one per input, unique among concurrent
+        runs) name the branches on their hosts; `on_start` is called with a stream's run once
+        its input is open on a node (the first time only).
+
+        Raises `SourceError` for an input no node could open (as a local run does) and
+        `ConfigError` for an unreachable cluster or a config Ray cannot run (the language
+        model spans streams and stays local: not supported here yet). Cancelled, it stops
+        its streams on their nodes.
+        """
+        import ray.exceptions as rex
+
+        from streamfuse.app import stream_id_of
+
+        ray_config, cluster = self.config, self._cluster
+        if config.lm is not None:
+            raise ConfigError("--ask runs the language model over all streams: not with --ray yet")
+        n_nodes = await self.connect()
+        started = time.monotonic()
+        config_json = config.model_dump_json()
+        per_node = max(1, -(-len(inputs) // max(1, n_nodes)))
+        runs = [StreamRun(stream_id_of(x, i, len(inputs)), x) for i, x in enumerate(inputs)]
+        for run, key in zip(runs, keys or [r.stream_id for r in runs], strict=True):
+            run.key = key
+        lost_node = (rex.ActorDiedError, rex.ActorUnavailableError, rex.RayActorError)
+
+        async def drive(run: StreamRun) -> None:
+            ledger = Ledger()
+            while True:
+                node = await asyncio.to_thread(cluster.place)
+                host = cluster.host(node)
+                run.nodes.append(node)
+                try:
+                    meta = await host.start.remote(
+                        run.stream_id,
+                        run.location,
+                        config_json,
+                        per_node,
+                        ray_config.buffer,
+                        run.key,
+                    )
+                    run.duration_s = meta["duration_s"]
+                    if on_start is not None and len(run.nodes) == 1:
+                        on_start(run)
+                    while True:
+                        records, final = await host.pull.remote(run.key, ray_config.batch, 0.5)
+                        for record in records:
+                            admitted = ledger.admit(record)
+                            if admitted is not None:
+                                for sink in sinks:
+                                    sink.write(admitted)
+                        run.events, run.skipped = ledger.delivered, ledger.skipped
+                        run.committed_s = ledger.committed_s
+                        if final is not None:
+                            run.final = final
+                            cluster.release(node)
+                            return
+                except asyncio.CancelledError:
+                    cluster.release(node)
+                    host.stop.remote(run.key)  # not awaited: the caller is going away
+                    raise
+                except lost_node as e:
+                    cluster.lost(node)
+                    if run.restarts >= ray_config.max_restarts:
+                        run.error = f"node lost {run.restarts + 1} times, gave up: {e}"
+                        return
+                    run.restarts += 1
+                    log.warning(
+                        "stream %s: node %s lost at media time %.1f s; restarting elsewhere",
+                        run.stream_id,
+                        node[:8],
+                        run.committed_s,
+                    )
+                except rex.RayTaskError as e:
+                    cluster.release(node)
+                    cause = e.cause if isinstance(e.cause, BaseException) else e
+                    if isinstance(cause, StreamfuseError):
+                        raise cause from None
+                    raise StreamfuseError(f"{run.location}: failed on node {node[:8]}: {e}") from e
+
+        await asyncio.gather(*(drive(run) for run in runs))
+        summary = merged_summary(runs, config.realtime, time.monotonic() - started)
+        for sink in sinks:
+            sink.emit(summary)
+        hosts: dict[str, dict[str, Any]] = {}
+        for node, actor in list(cluster.hosts.items()):
+            try:
+                hosts[node] = await actor.memory.remote()
+            except lost_node:
+                continue  # died after its streams ended: nothing to report
+        return RayReport(runs, n_nodes, time.monotonic() - started, summary, hosts)
+
+
 async def run_on_ray(
     inputs: Sequence[str],
     config: StreamfuseConfig,
     sinks: Sequence[EventSink],
     ray_config: RayConfig | None = None,
 ) -> RayReport:
-    """Run every input's branch on the cluster; its events go to `sinks` (their `write`).
-
-    Raises `SourceError` for an input no node could open (as a local run does) and
-    `ConfigError` for an unreachable cluster or a config Ray cannot run (the language model
-    spans streams and stays local: not supported here yet).
-    """
-    import ray.exceptions as rex
-
-    ray_config = ray_config or RayConfig()
-    if config.lm is not None:
-        raise ConfigError("--ask runs the language model over all streams: not with --ray yet")
-    cluster = _Cluster(ray_config)
-    n_nodes = await asyncio.to_thread(cluster.connect)
-    started = time.monotonic()
-    config_json = config.model_dump_json()
-    per_node = max(1, -(-len(inputs) // max(1, n_nodes)))
-    from streamfuse.app import stream_id_of
-
-    runs = [StreamRun(stream_id_of(x, i, len(inputs)), x) for i, x in enumerate(inputs)]
-    lost_node = (rex.ActorDiedError, rex.ActorUnavailableError, rex.RayActorError)
-
-    async def drive(run: StreamRun) -> None:
-        ledger = Ledger()
-        while True:
-            node = await asyncio.to_thread(cluster.place)
-            host = cluster.host(node)
-            run.nodes.append(node)
-            try:
-                meta = await host.start.remote(
-                    run.stream_id, run.location, config_json, per_node, ray_config.buffer
-                )
-                run.duration_s = meta["duration_s"]
-                while True:
-                    records, final = await host.pull.remote(run.stream_id, ray_config.batch, 0.5)
-                    for record in records:
-                        admitted = ledger.admit(record)
-                        if admitted is not None:
-                            for sink in sinks:
-                                sink.write(admitted)
-                    run.events, run.skipped = ledger.delivered, ledger.skipped
-                    run.committed_s = ledger.committed_s
-                    if final is not None:
-                        run.final = final
-                        cluster.release(node)
-                        return
-            except lost_node as e:
-                cluster.lost(node)
-                if run.restarts >= ray_config.max_restarts:
-                    run.error = f"node lost {run.restarts + 1} times, gave up: {e}"
-                    return
-                run.restarts += 1
-                log.warning(
-                    "stream %s: node %s lost at media time %.1f s; restarting elsewhere",
-                    run.stream_id,
-                    node[:8],
-                    run.committed_s,
-                )
-            except rex.RayTaskError as e:
-                cluster.release(node)
-                cause = e.cause if isinstance(e.cause, BaseException) else e
-                if isinstance(cause, StreamfuseError):
-                    raise cause from None
-                raise StreamfuseError(f"{run.location}: failed on node {node[:8]}: {e}") from e
-
-    await asyncio.gather(*(drive(run) for run in runs))
-    summary = _merged_summary(runs, config.realtime, time.monotonic() - started)
-    for sink in sinks:
-        sink.emit(summary)
-    hosts: dict[str, dict[str, Any]] = {}
-    for node, actor in list(cluster.hosts.items()):
-        try:
-            hosts[node] = await actor.memory.remote()
-        except lost_node:
-            continue  # died after its streams ended: nothing to report
-    return RayReport(runs, n_nodes, time.monotonic() - started, summary, hosts)
+    """Run every input's branch on the cluster, its events into `sinks` (`RayStreams.run`)."""
+    return await RayStreams(ray_config).run(inputs, config, sinks)
 
 
-def _merged_summary(runs: Sequence[StreamRun], realtime: bool, wall_s: float) -> dict[str, Any]:
+def merged_summary(runs: Sequence[StreamRun], realtime: bool, wall_s: float) -> dict[str, Any]:
     """One final `stats` record over every stream's (CPU time summed over the nodes)."""
     stages: dict[str, StageSnapshot] = {}
     cpu_s = 0.0
@@ -462,4 +523,14 @@ def _merged_summary(runs: Sequence[StreamRun], realtime: bool, wall_s: float) ->
     return stats_record(payload, t_end=max(media) if media else 0.0, wall_s=wall_s)
 
 
-__all__ = ["Ledger", "RayConfig", "RayReport", "StreamHost", "StreamRun", "event_key", "run_on_ray"]
+__all__ = [
+    "Ledger",
+    "RayConfig",
+    "RayReport",
+    "RayStreams",
+    "StreamHost",
+    "StreamRun",
+    "event_key",
+    "merged_summary",
+    "run_on_ray",
+]

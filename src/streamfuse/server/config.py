@@ -7,6 +7,7 @@ import secrets
 from pydantic import BaseModel, ConfigDict, Field
 
 from streamfuse.app import StreamfuseConfig
+from streamfuse.scale.ray import RayConfig
 
 
 class ServeConfig(BaseModel):
@@ -53,6 +54,14 @@ class ServeConfig(BaseModel):
     allow_files: bool = Field(
         True,
         description="Sessions may read local files (`input` a path); off on a shared host.",
+    )
+    ray: RayConfig | None = Field(
+        None,
+        description="Run URL and file sessions on this Ray cluster (`serve --ray ADDRESS`): "
+        "each session's branch is placed on a node (models loaded once per node), restarted "
+        "on another node if its node dies, its events sent to the session's subscribers. "
+        "Live sessions (media pushed to this server) and sessions that ask the language model "
+        "stay in this process. None: every session runs here.",
     )
     job: StreamfuseConfig = Field(
         default_factory=lambda: StreamfuseConfig(realtime=True),

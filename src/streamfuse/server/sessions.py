@@ -33,6 +33,7 @@ from streamfuse.frames import ErrorFrame, now_wall
 from streamfuse.lm.stage import LMStageConfig
 from streamfuse.pipeline import Observer
 from streamfuse.pipeline.source import Source
+from streamfuse.scale.ray import RayStreams, StreamRun, merged_summary
 from streamfuse.server.config import ServeConfig
 from streamfuse.sinks.base import EventSink
 from streamfuse.sources.media import is_url
@@ -123,6 +124,8 @@ class Session:
     errors: int = 0
     last_input_wall: float = field(default_factory=now_wall)
     summary: dict[str, Any] | None = None
+    #: Where a session run on Ray (`ServeConfig.ray`) is: its nodes, restarts, events.
+    ray_run: StreamRun | None = None
     task: asyncio.Task[None] | None = None
     _subscribers: list[Subscriber] = field(default_factory=list)
     inputs_ended: bool = False
@@ -245,6 +248,16 @@ class Session:
             out["request"] = self.request.model_dump(mode="json")
             out["stages"] = self.job.pipeline.snapshot() if self.job is not None else {}
             out["summary"] = self.summary
+            if self.ray_run is not None:
+                run = self.ray_run
+                out["ray"] = {
+                    "nodes": list(run.nodes),
+                    "restarts": run.restarts,
+                    "events": run.events,
+                    "replayed": run.skipped,
+                    "committed_s": round(run.committed_s, 3),
+                    "error": run.error,
+                }
         return out
 
 
@@ -270,6 +283,7 @@ class SessionManager:
         self.sessions: dict[str, Session] = {}
         self._ocr_pool: ThreadPoolExecutor | None = None
         self._watchdog: asyncio.Task[None] | None = None
+        self._ray: RayStreams | None = None
 
     @property
     def running(self) -> list[Session]:
@@ -366,6 +380,11 @@ class SessionManager:
         finally:
             running.add(-1, attrs)
 
+    def _on_ray(self, session: Session) -> bool:
+        """Whether `session` runs on the Ray cluster: a URL or file session, no language
+        model (it spans the timeline and stays here), with `ServeConfig.ray` set."""
+        return self.config.ray is not None and not session.live and session.config.lm is None
+
     async def _run_job(
         self,
         session: Session,
@@ -373,6 +392,10 @@ class SessionManager:
         sink: SessionSink,
         ready: asyncio.Future[None] | None,
     ) -> None:
+        if self._on_ray(session):
+            assert isinstance(inputs[0], str)
+            await self._run_on_ray(session, inputs[0], sink, ready)
+            return
         try:
             if session.config.ocr and self._ocr_pool is None:
                 # Every session's OCR reads go through one pool, a worker per core: reads are
@@ -422,6 +445,56 @@ class SessionManager:
             session.publish(session.summary)
             session._close_results()
 
+    async def _run_on_ray(
+        self, session: Session, location: str, sink: SessionSink, ready: asyncio.Future[None] | None
+    ) -> None:
+        """The session's branch on a node of the Ray cluster; its events come back through
+        `sink`, the merged final `stats` record last (also when stopped)."""
+        assert self.config.ray is not None
+        if self._ray is None:
+            self._ray = RayStreams(self.config.ray)
+
+        def started(run: StreamRun) -> None:
+            session.ray_run = run
+            if session.state is SessionState.STARTING:
+                session.state = SessionState.RUNNING
+            if ready is not None and not ready.done():
+                ready.set_result(None)
+
+        t0 = time.monotonic()
+        report = None
+        try:
+            report = await self._ray.run(
+                [location], session.config, [sink], keys=[session.id], on_start=started
+            )
+            run = report.streams[0]
+            if run.error is not None:
+                session.state = SessionState.FAILED
+                session.error = run.error
+                session.note_error("session", run.error)
+            elif session.state in (SessionState.STARTING, SessionState.RUNNING):
+                session.state = SessionState.FINISHED
+        except asyncio.CancelledError:
+            session.state = SessionState.STOPPED
+        except Exception as e:  # the session ends; the server and other sessions go on
+            session.state = SessionState.FAILED
+            session.error = str(e) if isinstance(e, StreamfuseError) else f"{type(e).__name__}: {e}"
+            if ready is not None and not ready.done():
+                ready.set_exception(SourceError(session.error))
+            else:
+                log.warning("session %s failed on Ray: %s", session.id, session.error)
+            session.note_error("session", session.error)
+        finally:
+            if report is not None:
+                session.summary = report.summary  # `run` sent it to the sink already
+            else:
+                runs = [session.ray_run] if session.ray_run is not None else []
+                session.summary = merged_summary(
+                    runs, session.config.realtime, time.monotonic() - t0
+                )
+                session.publish(session.summary)
+            session._close_results()
+
     async def _stats_loop(self, session: Session, job: Job) -> None:
         while True:
             await asyncio.sleep(self.config.stats_interval_s)
@@ -435,6 +508,8 @@ class SessionManager:
         session.end_inputs()
         if session.job is not None:
             session.job.pipeline.request_stop()
+        elif self._on_ray(session):
+            session.task.cancel()  # its branch on the node is stopped by the cancellation
         try:
             await asyncio.wait_for(asyncio.shield(session.task), timeout_s)
         except TimeoutError:
@@ -469,3 +544,7 @@ class SessionManager:
             self._watchdog.cancel()
         if self._ocr_pool is not None:
             self._ocr_pool.shutdown(wait=False, cancel_futures=True)
+        if self._ray is not None:
+            import ray
+
+            ray.shutdown()  # this process's connection (and a `local` instance it started)
