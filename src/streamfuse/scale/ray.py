@@ -433,6 +433,7 @@ class RayStreams:
 
         async def drive(run: StreamRun) -> None:
             ledger = Ledger()
+            announced = on_start is None
             while True:
                 node = await asyncio.to_thread(cluster.place)
                 host = cluster.host(node)
@@ -447,8 +448,10 @@ class RayStreams:
                         run.key,
                     )
                     run.duration_s = meta["duration_s"]
-                    if on_start is not None and len(run.nodes) == 1:
+                    if not announced:
+                        assert on_start is not None
                         on_start(run)
+                        announced = True
                     while True:
                         records, final = await host.pull.remote(run.key, ray_config.batch, 0.5)
                         for record in records:

@@ -485,6 +485,8 @@ class SessionManager:
                 log.warning("session %s failed on Ray: %s", session.id, session.error)
             session.note_error("session", session.error)
         finally:
+            if ready is not None and not ready.done():
+                ready.set_result(None)  # ended before it started (stopped): nothing to refuse
             if report is not None:
                 session.summary = report.summary  # `run` sent it to the sink already
             else:
