@@ -230,7 +230,13 @@ def test_rtsp_pulled_from_a_real_server(media: Path, join: str) -> None:
         # Joined before the first packet: the whole clip, pictures from the first one.
         assert audio[0].t_media == pytest.approx(ref_audio[0].t_media, abs=0.05)
         assert video[0].t_media == pytest.approx(ref_video[0].t_media, abs=0.05)
-        assert len(audio) >= len(ref_audio) - 2 and len(video) >= len(ref_video) - 2
+        # (RTP over UDP: the last windows before the sender stops may not make it.)
+        assert len(audio) >= len(ref_audio) - 10 and len(video) >= len(ref_video) - 5, (
+            len(audio),
+            len(ref_audio),
+            len(video),
+            len(ref_video),
+        )
     else:
         # A reader of a relay gets the stream from when it joined (well inside the first
         # second here) and decodes pictures from the next key frame; then everything to the end.
