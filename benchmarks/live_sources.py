@@ -12,6 +12,7 @@ ASR WER and `asr` latency p50/p95 per source with the acceptance checks (CER and
 About a minute per source; timings move with the load on the machine.
 
     python benchmarks/live_sources.py [--sources file,http-norange,udp,...] [--clip CLIP.mp4]
+        [--repeats N]
 """
 
 from __future__ import annotations
@@ -142,17 +143,41 @@ def measure(kind: str, root: Path, clip: Path, truth: Path) -> dict[str, Any]:
     }
 
 
+def _mean_row(kind: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One row from a source's runs: the mean of each figure (None where a run had none),
+    the WER of every run, every gap and error."""
+
+    def mean(key: str) -> float | None:
+        values = [r[key] for r in runs if r[key] is not None]
+        return sum(values) / len(values) if len(values) == len(runs) else None
+
+    row: dict[str, Any] = {"source": kind, "runs": len(runs)}
+    for key in ("ocr_cer", "asr_wer", "asr_p50_ms", "asr_p95_ms"):
+        row[key] = mean(key)
+    row["asr_wer_runs"] = [r["asr_wer"] for r in runs]
+    row["gaps"] = sum(r["gaps"] for r in runs)
+    row["errors"] = [e for r in runs for e in r["errors"]]
+    return row
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sources", default=",".join(SOURCES))
     parser.add_argument("--clip", type=Path, default=DEFAULT_CLIP)
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="runs per source, interleaved (file, a, b, file, a, b, ...); each row is the "
+        "mean of its runs (with the range of WER) and the checks compare means",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    kinds = [k.strip() for k in args.sources.split(",") if k.strip()]
-    if "file" not in kinds:
-        kinds.insert(0, "file")  # the baseline every other source is compared with
+    kinds = list(dict.fromkeys(k.strip() for k in args.sources.split(",") if k.strip()))
+    if "file" in kinds:
+        kinds.remove("file")
+    kinds.insert(0, "file")  # the baseline every other source is compared with
     truth = args.clip.with_suffix(".truth.json")
-    rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="sf_live_") as tmp:
         root = Path(tmp)
         clip = root / "clip.mp4"
@@ -166,11 +191,17 @@ def main(argv: list[str] | None = None) -> int:
             f"apart.mp4 {spread_s(root / 'apart.mp4'):.1f} s",
             file=sys.stderr,
         )
-        for kind in kinds:
-            rows.append(measure(kind, root, clip, truth))
-            print(json.dumps(rows[-1]), file=sys.stderr)
+        runs: dict[str, list[dict[str, Any]]] = {kind: [] for kind in kinds}
+        for _ in range(max(1, args.repeats)):
+            for kind in kinds:
+                runs[kind].append(measure(kind, root, clip, truth))
+                print(json.dumps(runs[kind][-1]), file=sys.stderr)
+        rows = [_mean_row(kind, runs[kind]) for kind in kinds]
     base = rows[0]
-    print(f"{'source':20} {'OCR CER':>8} {'ASR WER':>8} {'asr p50':>8} {'asr p95':>8}  ok")
+    print(
+        f"{'source':20} {'OCR CER':>8} {'ASR WER':>8} {'asr p50':>8} {'asr p95':>8}  ok"
+        "  (means of the runs; WER of each run)"
+    )
     for row in rows:
         row["ok"] = (
             row["ocr_cer"] is not None
@@ -183,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
         cer, wer = 100 * (row["ocr_cer"] or 0), 100 * (row["asr_wer"] or 0)
         p50, p95 = row["asr_p50_ms"] or 0, row["asr_p95_ms"] or 0
         ok = "yes" if row["ok"] else "NO"
-        print(f"{row['source']:20} {cer:7.1f}% {wer:7.1f}% {p50:8.0f} {p95:8.0f}  {ok}")
+        each = " ".join(f"{100 * w:.1f}" if w is not None else "-" for w in row["asr_wer_runs"])
+        print(f"{row['source']:20} {cer:7.1f}% {wer:7.1f}% {p50:8.0f} {p95:8.0f}  {ok}  ({each})")
     print(json.dumps({"sources": rows, "all_ok": all(r["ok"] for r in rows)}))
     return 0
 
