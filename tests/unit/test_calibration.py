@@ -351,3 +351,127 @@ def test_the_benchmark_recomputes_from_records_what_an_ocr_line_used() -> None:
     record = {"scale": 0.6667, "mean_conf": 0.992, "lines": [p.model_dump() for p in payload]}
     for ln in record["lines"]:
         assert ln["conf"] == cal(bench.line_features(record, ln))
+
+
+# -- the fresh test sets (benchmarks/calibration.py --split fresh-a) -------------------------------
+
+
+def _fresh() -> tuple[ModuleType, ModuleType]:
+    bench = _benchmark()  # puts scripts/ on sys.path
+    import fresh_sets
+
+    return bench, fresh_sets
+
+
+def _script_voices() -> set[str]:
+    """Every espeak-ng voice a generator or the benchmark names (string literals "en...")."""
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    found: set[str] = set()
+    for path in [*(root / "scripts").glob("make_*.py"), root / "benchmarks" / "calibration.py"]:
+        found |= set(re.findall(r'"(en(?:-[\w-]+)?(?:\+\w+)?)"', path.read_text()))
+    return found
+
+
+def test_fresh_sets_share_no_face_voice_topic_slide_theme_or_seed_with_earlier_clips() -> None:
+    bench, fs_mod = _fresh()
+    import make_ocr_hard_set as hard
+    import make_speech_set as mss
+    from make_demo_clip import FONTS
+
+    used_files = {path for name, path in FONTS.items() if name not in fs_mod.FRESH_FACES}
+    assert not set(fs_mod.FRESH_FACES.values()) & used_files
+    used = _script_voices()
+    assert {"en-us+m1", "en-gb+Gene", "en-gb-scotland"} <= used  # the scan finds them
+    used_variants = {v.split("+")[1] for v in used if "+" in v}
+    assert used_variants <= fs_mod.USED_VOICE_VARIANTS
+    old_lines = {ln for split in hard.SPLITS.values() for s in split() for ln in s.truth_lines()}
+    old_lines |= {ln for t in mss.TOPICS.values() for slide in t.slides for ln in slide}
+    old_sentences = {s for t in mss.TOPICS.values() for s in t.sentences}
+    old_names = {s.name for split in hard.SPLITS.values() for s in split()}
+    seeds: list[range] = []
+    for fs in fs_mod.FRESH_SETS.values():
+        assert set(fs.faces) <= set(fs_mod.FRESH_FACES)
+        assert len(set(fs.voices)) == len(fs.voices)
+        for voice in fs.voices:
+            assert voice not in used and voice.split("+")[1] not in fs_mod.USED_VOICE_VARIANTS
+        assert not set(fs.topics) & set(mss.TOPICS)
+        assert not {s for t in fs.topics.values() for s in t.sentences} & old_sentences
+        new_lines = {ln for s in fs.ocr_slides for ln in s.truth_lines()}
+        new_lines |= {ln for t in fs.topics.values() for slide in t.slides for ln in slide}
+        assert not new_lines & old_lines
+        assert not {s.name for s in fs.ocr_slides} & old_names
+        assert not set(fs.themes) & set(bench.THEMES)
+        assert fs.seed >= 11_000  # every earlier seed is below (2026 + 8000 + redraws)
+        photos = [it.seed for s in fs.ocr_slides for it in s.items if isinstance(it, hard.Photo)]
+        assert all(fs.seed <= p < fs.seed + 1000 for p in photos)
+        seeds.append(range(fs.seed, fs.seed + 1000))
+    assert all(not set(a) & set(b) for a, b in pairwise(seeds))
+
+
+def test_fresh_voices_sound_unlike_every_voice_used_before() -> None:
+    """espeak-ng ignores some variants (en-gb+f2 is en-gb): a fresh voice must really differ."""
+    import hashlib
+    import shutil
+    import subprocess
+
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng not installed")
+    _, fs_mod = _fresh()
+
+    def sound(voice: str) -> str:
+        cmd = ["espeak-ng", "-v", voice, "--stdout", "Register allocation"]
+        return hashlib.sha256(
+            subprocess.run(cmd, capture_output=True, check=True).stdout
+        ).hexdigest()
+
+    used = {sound(v) for v in _script_voices()}
+    for fs in fs_mod.FRESH_SETS.values():
+        fresh = [sound(v) for v in fs.voices]
+        assert len(set(fresh)) == len(fresh)
+        assert not set(fresh) & used
+
+
+def test_fresh_sets_draw_within_the_slide() -> None:
+    _, fs_mod = _fresh()
+    from make_demo_clip import FONT_DIR
+
+    for fs in fs_mod.FRESH_SETS.values():
+        if not all((FONT_DIR / fs_mod.FRESH_FACES[f]).is_file() for f in fs.faces):
+            pytest.skip("fonts-dejavu, fonts-liberation, fonts-freefont-ttf not installed")
+        fs_mod.check_drawable(fs)  # raises AssetBuildError when something does not fit
+
+
+@pytest.mark.parametrize("flag", ["--write-assets", "--quick", "--ocr-method=isotonic"])
+def test_a_fresh_split_fits_and_chooses_nothing(flag: str) -> None:
+    bench = _benchmark()
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--split", "fresh-a", flag])
+    assert stop.value.code == 2
+    with pytest.raises(SystemExit):
+        bench.main(["--split", "no-such-set"])
+
+
+def test_score_fixed_applies_the_given_calibrators_and_fits_nothing() -> None:
+    bench = _benchmark()
+    raw, y = overconfident(1200, 6)
+    cal = fit_temperature(*overconfident(4000, 7))
+    ocr = [
+        {"conf": float(p), "cer": 0.0 if r else 0.3, "clip": f"fresh-a_{i % 12}", "feats": {}}
+        for i, (p, r) in enumerate(zip(raw, y, strict=True))
+    ]
+    asr = [
+        {"p": float(p), "right": bool(r), "clip": f"fa-{i % 9}", "feats": {}}
+        for i, (p, r) in enumerate(zip(*overconfident(900, 8), strict=True))
+    ]
+    identity = Calibrator(method="identity")
+    out = bench.score_fixed({"ocr": ocr, "asr": asr, "shared_runs": []}, cal, identity, None, 1)
+    s = out["summary"]
+    assert s["ece_ocr_before"] == round(ece(raw, y), 4)
+    assert s["ece_ocr_after"] == round(ece(cal.apply(raw), y), 4) < s["ece_ocr_before"] / 2
+    assert s["ece_asr_after"] == s["ece_asr_before"]  # the identity map: nothing refitted
+    assert out["ocr"]["clips"] == 12 and out["asr"]["clips"] == 9
+    lo, hi = s["ece_ocr_ratio_ci95"]
+    assert lo <= s["ece_ocr_after"] / s["ece_ocr_before"] <= hi
+    assert s["ece_joint_shared"] is None and s["n_shared_heldout"] == 0
