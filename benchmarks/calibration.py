@@ -1389,9 +1389,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--split",
         default="heldout",
-        help="heldout: fit on the fit clips, score the held-out ones (default); fresh-a: score "
-        "the SHIPPED calibrators, unchanged, on a fresh set (scripts/fresh_sets.py), fitting "
-        "nothing",
+        help="heldout: fit on the fit clips, score the held-out ones (default); fresh-a, "
+        "fresh-b: score the SHIPPED calibrators, unchanged, on a fresh set "
+        "(scripts/fresh_sets.py), fitting nothing",
     )
     args = parser.parse_args(argv)
     if args.write_words:

@@ -48,10 +48,19 @@ FRESH_FACES: dict[str, str] = {
     "free-serif-bold": "freefont/FreeSerifBold.ttf",
     "free-mono": "freefont/FreeMono.ttf",
     "free-mono-bold": "freefont/FreeMonoBold.ttf",
-    # Left for a later set: dejavu Sans/SerifCondensed (Bold)Oblique/BoldItalic,
-    # DejaVuSerif-BoldItalic, DejaVuSansMono-BoldOblique, LiberationMono-(Bold)Italic,
-    # LiberationSansNarrow-BoldItalic, LiberationSerif-BoldItalic, FreeMono(Bold)Oblique,
-    # FreeSerif(Bold)Italic.
+    # fresh-b's faces: none of the above
+    "dejavu-sans-condensed-oblique": "dejavu/DejaVuSansCondensed-Oblique.ttf",
+    "dejavu-sans-condensed-bold-oblique": "dejavu/DejaVuSansCondensed-BoldOblique.ttf",
+    "dejavu-serif-bold-italic": "dejavu/DejaVuSerif-BoldItalic.ttf",
+    "dejavu-serif-condensed-bold-italic": "dejavu/DejaVuSerifCondensed-BoldItalic.ttf",
+    "dejavu-mono-bold-oblique": "dejavu/DejaVuSansMono-BoldOblique.ttf",
+    "liberation-mono-italic": "liberation/LiberationMono-Italic.ttf",
+    "liberation-mono-bold-italic": "liberation/LiberationMono-BoldItalic.ttf",
+    "liberation-narrow-bold-italic": "liberation/LiberationSansNarrow-BoldItalic.ttf",
+    "liberation-serif-bold-italic": "liberation/LiberationSerif-BoldItalic.ttf",
+    "free-mono-oblique": "freefont/FreeMonoOblique.ttf",
+    "free-serif-italic": "freefont/FreeSerifItalic.ttf",
+    "free-serif-bold-italic": "freefont/FreeSerifBoldItalic.ttf",
 }
 
 #: What the earlier generators use (checked by tests/unit/test_calibration.py).
@@ -486,7 +495,375 @@ FRESH_A = FreshSet(
     redraws=16,
 )
 
-FRESH_SETS: dict[str, FreshSet] = {s.name: s for s in (FRESH_A,)}
+_VARIANTS_B = [
+    "adam",
+    "Andrea",
+    "klatt4",
+    "benjamin",
+    "aunty",
+    "boris",
+    "shelby",
+    "caleb",
+    "steph2",
+    "ed",
+    "Alex",
+    "edward2",
+    "Jacky",
+    "Gene2",
+    "steph3",
+    "Hugo",
+    "Mike",
+    "iven",
+    "michel",
+    "pablo",
+    "robert",
+    "victor",
+    "iven2",
+    "Denis",
+]
+
+TOPICS_B: dict[str, Topic] = {
+    "tides": Topic(
+        [
+            ["Ocean tides", "gravitational pull of the moon", "spring and neap tides"],
+            ["Ocean currents", "thermohaline circulation", "the Gulf Stream"],
+        ],
+        [
+            "Tides follow the gravitational pull of the moon and the sun.",
+            "Spring tides come when the sun and the moon line up.",
+            "Thermohaline circulation is driven by differences in heat and salt.",
+            "The Gulf Stream carries warm water across the Atlantic.",
+        ],
+    ),
+    "memory": Topic(
+        [
+            ["Virtual memory", "page tables", "translation lookaside buffer"],
+            ["Process scheduling", "round robin time slices", "priority inversion"],
+        ],
+        [
+            "Every process sees its own address space through page tables.",
+            "The translation lookaside buffer caches recent address translations.",
+            "A round robin scheduler gives each process a short time slice.",
+            "Priority inversion happens when a low priority task holds a lock.",
+        ],
+    ),
+    "immunity": Topic(
+        [
+            ["The immune system", "antibodies from B cells", "memory T cells"],
+            ["Vaccination", "weakened antigens", "herd immunity threshold"],
+        ],
+        [
+            "B cells release antibodies that bind to a specific antigen.",
+            "Memory T cells remember an infection for many years.",
+            "A vaccine shows the body weakened antigens without the disease.",
+            "Above the herd immunity threshold an outbreak dies out on its own.",
+        ],
+    ),
+    "thermodynamics": Topic(
+        [
+            ["Thermodynamics", "conservation of energy", "entropy always increases"],
+            ["Heat engines", "the Carnot cycle", "refrigerators and heat pumps"],
+        ],
+        [
+            "The first law is simply the conservation of energy.",
+            "In an isolated system, entropy always increases over time.",
+            "No engine can beat the efficiency of the Carnot cycle.",
+            "Refrigerators and heat pumps move heat from cold to hot.",
+        ],
+    ),
+    "harmony": Topic(
+        [
+            ["Music theory", "major and minor scales", "intervals and chords"],
+            ["Harmony", "dominant seventh", "cadences at the end of a phrase"],
+        ],
+        [
+            "Major and minor scales differ in the position of their half steps.",
+            "Stacking intervals of a third gives the common chords.",
+            "A dominant seventh chord pulls strongly towards the tonic.",
+            "Cadences mark the end of a musical phrase.",
+        ],
+    ),
+    "epidemics": Topic(
+        [
+            ["Epidemic models", "susceptible, infected, recovered", "basic reproduction number"],
+            ["Tracking outbreaks", "contact tracing", "incubation period"],
+        ],
+        [
+            "The simplest epidemic model splits people into susceptible, infected and recovered.",
+            "The basic reproduction number counts new cases caused by one case.",
+            "Contact tracing finds the people an infected person has met.",
+            "The incubation period is the time from infection to the first symptoms.",
+        ],
+    ),
+}
+
+
+def _ocr_slides_b() -> list[HardSlide]:
+    return [
+        HardSlide(
+            "grid_table_trains",
+            (255, 253, 245),
+            (
+                _tb(["Departures"], "liberation-serif-bold-italic", 50, INK, 80, 40),
+                Table(
+                    80,
+                    140,
+                    (200, 340, 160, 200),
+                    (
+                        ("Time", "Destination", "Track", "Status"),
+                        ("08:15", "Harbour Road", "4", "on time"),
+                        ("08:32", "Airport", "1", "delayed"),
+                        ("08:47", "North Park", "7", "on time"),
+                    ),
+                    "free-serif-italic",
+                    "free-serif-bold-italic",
+                    28,
+                    "grid",
+                    INK,
+                    (110, 100, 80),
+                    right=(2,),
+                ),
+            ),
+        ),
+        HardSlide(
+            "code_dark_loop",
+            (22, 26, 34),
+            (
+                _tb(
+                    ["Retry with backoff"], "dejavu-sans-condensed-bold-oblique", 44, WHITE, 80, 40
+                ),
+                _tb(
+                    [
+                        "delay = 0.5",
+                        "for attempt in range(5):",
+                        "    if send(msg):",
+                        "        break",
+                        "    sleep(delay)",
+                        "    delay *= 2",
+                    ],
+                    "liberation-mono-italic",
+                    26,
+                    (250, 200, 120),
+                    110,
+                    150,
+                    spacing=1.5,
+                ),
+            ),
+        ),
+        HardSlide(
+            "photo_full_caption",
+            (240, 240, 240),
+            (
+                Photo(
+                    (0, 0, 1280, 520),
+                    seed=41011,
+                    text=("Night market, old town",),
+                    font="dejavu-sans-condensed-bold-oblique",
+                    size_px=40,
+                    banner=False,
+                ),
+                _tb(
+                    ["Figure 2: stalls lit by strings of lamps"],
+                    "dejavu-sans-condensed-oblique",
+                    22,
+                    (60, 60, 60),
+                    80,
+                    560,
+                ),
+            ),
+        ),
+        HardSlide(
+            "two_columns_pros_cons",
+            (236, 246, 238),
+            (
+                _tb(["Batch or stream"], "dejavu-serif-bold-italic", 48, (20, 80, 40), 80, 40),
+                _tb(["Batch"], "dejavu-serif-bold-italic", 30, (20, 80, 40), 80, 160),
+                _tb(
+                    ["Simple to reason about", "High throughput"],
+                    "dejavu-serif-condensed-bold-italic",
+                    26,
+                    INK,
+                    80,
+                    220,
+                ),
+                _tb(["Stream"], "dejavu-serif-bold-italic", 30, (20, 80, 40), 700, 160),
+                _tb(
+                    ["Answers within seconds", "State must be kept"],
+                    "dejavu-serif-condensed-bold-italic",
+                    26,
+                    INK,
+                    700,
+                    220,
+                ),
+            ),
+        ),
+        HardSlide(
+            "zebra_table_grades",
+            WHITE,
+            (
+                _tb(["Marks by task"], "liberation-narrow-bold-italic", 48, INK, 640, 40, "center"),
+                Table(
+                    290,
+                    140,
+                    (300, 180, 220),
+                    (
+                        ("Task", "Weight", "Mean"),
+                        ("Essay", "40 %", "68"),
+                        ("Lab report", "35 %", "74"),
+                        ("Quiz", "25 %", "81"),
+                    ),
+                    "liberation-narrow-bold-italic",
+                    "liberation-narrow-bold-italic",
+                    30,
+                    "zebra",
+                    INK,
+                    (0, 0, 0),
+                    band=(255, 236, 200),
+                    right=(1, 2),
+                ),
+            ),
+        ),
+        HardSlide(
+            "terminal_output",
+            (0, 0, 0),
+            (
+                _tb(
+                    [
+                        "$ make test",
+                        "collected 212 items",
+                        "210 passed, 2 skipped in 41.3s",
+                    ],
+                    "dejavu-mono-bold-oblique",
+                    26,
+                    (120, 230, 120),
+                    80,
+                    120,
+                    spacing=1.6,
+                ),
+                _tb(["Console"], "free-mono-oblique", 20, (160, 160, 160), 1200, 660, "right"),
+            ),
+        ),
+        HardSlide(
+            "rules_table_chem",
+            (248, 250, 255),
+            (
+                _tb(["Melting points"], "free-serif-bold-italic", 50, (30, 30, 90), 80, 40),
+                Table(
+                    80,
+                    140,
+                    (300, 260),
+                    (
+                        ("Metal", "Melting point"),
+                        ("Tin", "232 C"),
+                        ("Lead", "327 C"),
+                        ("Copper", "1085 C"),
+                        ("Iron", "1538 C"),
+                    ),
+                    "free-serif-italic",
+                    "free-serif-bold-italic",
+                    28,
+                    "rules",
+                    INK,
+                    (40, 40, 90),
+                    right=(1,),
+                ),
+            ),
+        ),
+        HardSlide(
+            "title_subtitle_orange",
+            (200, 90, 20),
+            (
+                _tb(["Week 11"], "liberation-serif-bold-italic", 72, WHITE, 640, 200, "center"),
+                _tb(
+                    ["Sorting in linear time"],
+                    "liberation-serif-bold-italic",
+                    40,
+                    (255, 235, 210),
+                    640,
+                    320,
+                    "center",
+                ),
+                _tb(
+                    ["Counting sort, radix sort"],
+                    "free-mono-oblique",
+                    24,
+                    WHITE,
+                    640,
+                    420,
+                    "center",
+                ),
+            ),
+        ),
+        HardSlide(
+            "three_photos_labels",
+            (30, 30, 30),
+            (
+                Photo(
+                    (60, 80, 420, 420),
+                    seed=41021,
+                    text=("Spring",),
+                    font="liberation-mono-bold-italic",
+                    size_px=28,
+                ),
+                Photo(
+                    (460, 80, 820, 420),
+                    seed=41022,
+                    text=("Summer",),
+                    font="liberation-mono-bold-italic",
+                    size_px=28,
+                ),
+                Photo(
+                    (860, 80, 1220, 420),
+                    seed=41023,
+                    text=("Autumn",),
+                    font="liberation-mono-bold-italic",
+                    size_px=28,
+                ),
+                _tb(
+                    ["One site photographed every three months"],
+                    "dejavu-sans-condensed-oblique",
+                    22,
+                    (200, 200, 200),
+                    640,
+                    480,
+                    "center",
+                ),
+            ),
+        ),
+    ]
+
+
+FRESH_B = FreshSet(
+    name="fresh-b",
+    seed=41_000,
+    topics=TOPICS_B,
+    voices=[f"{ACCENTS[(i + 3) % len(ACCENTS)]}+{v}" for i, v in enumerate(_VARIANTS_B)],
+    slide_faces=[
+        ("dejavu-sans-condensed-oblique", "dejavu-sans-condensed-bold-oblique"),
+        ("free-serif-italic", "free-serif-bold-italic"),
+        ("liberation-mono-italic", "liberation-mono-bold-italic"),
+        ("dejavu-serif-condensed-bold-italic", "dejavu-serif-bold-italic"),
+        ("liberation-narrow-bold-italic", "liberation-serif-bold-italic"),
+        ("free-mono-oblique", "dejavu-mono-bold-oblique"),
+    ],
+    themes=[
+        ((250, 250, 235), (60, 40, 10)),  # dark brown on ivory
+        ((10, 10, 10), (255, 230, 0)),  # yellow on black
+        ((225, 235, 225), (30, 90, 50)),  # green on pale green
+        ((90, 40, 110), (245, 235, 250)),  # lilac on purple
+        ((245, 245, 250), (160, 160, 175)),  # pale grey on white (low contrast)
+    ],
+    layouts=[
+        SlideLayout(640, 40, "center", 640, 200, "center"),
+        SlideLayout(100, 120, "left", 140, 260, "left", bullet=(0, 120, 200)),
+        SlideLayout(60, 560, "left", 60, 200, "left"),
+        SlideLayout(1200, 40, "right", 80, 220, "left"),
+    ],
+    ocr_slides=_ocr_slides_b(),
+    redraws=16,
+)
+
+FRESH_SETS: dict[str, FreshSet] = {s.name: s for s in (FRESH_A, FRESH_B)}
 FONTS.update(FRESH_FACES)
 
 

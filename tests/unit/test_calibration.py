@@ -387,16 +387,18 @@ def test_fresh_sets_share_no_face_voice_topic_slide_theme_or_seed_with_earlier_c
     used_variants = {v.split("+")[1] for v in used if "+" in v}
     assert used_variants <= fs_mod.USED_VOICE_VARIANTS
     old_lines = {ln for split in hard.SPLITS.values() for s in split() for ln in s.truth_lines()}
-    old_lines |= {ln for t in mss.TOPICS.values() for slide in t.slides for ln in slide}
-    old_sentences = {s for t in mss.TOPICS.values() for s in t.sentences}
+    old_topics = {c.topic: mss.TOPICS[c.topic] for c in mss.CLIPS}  # TOPICS may hold fresh ones
+    old_lines |= {ln for t in old_topics.values() for slide in t.slides for ln in slide}
+    old_sentences = {s for t in old_topics.values() for s in t.sentences}
     old_names = {s.name for split in hard.SPLITS.values() for s in split()}
     seeds: list[range] = []
+    assert len(fs_mod.FRESH_SETS) >= 2
     for fs in fs_mod.FRESH_SETS.values():
         assert set(fs.faces) <= set(fs_mod.FRESH_FACES)
         assert len(set(fs.voices)) == len(fs.voices)
         for voice in fs.voices:
-            assert voice not in used and voice.split("+")[1] not in fs_mod.USED_VOICE_VARIANTS
-        assert not set(fs.topics) & set(mss.TOPICS)
+            assert voice not in used and voice.split("+")[1] not in used_variants
+        assert not set(fs.topics) & set(old_topics)
         assert not {s for t in fs.topics.values() for s in t.sentences} & old_sentences
         new_lines = {ln for s in fs.ocr_slides for ln in s.truth_lines()}
         new_lines |= {ln for t in fs.topics.values() for slide in t.slides for ln in slide}
@@ -407,7 +409,19 @@ def test_fresh_sets_share_no_face_voice_topic_slide_theme_or_seed_with_earlier_c
         photos = [it.seed for s in fs.ocr_slides for it in s.items if isinstance(it, hard.Photo)]
         assert all(fs.seed <= p < fs.seed + 1000 for p in photos)
         seeds.append(range(fs.seed, fs.seed + 1000))
+        # a later set is fresh against the earlier ones too
+        used |= set(fs.voices)
+        used_variants |= {v.split("+")[1] for v in fs.voices}
+        old_lines |= new_lines
+        old_sentences |= {s for t in fs.topics.values() for s in t.sentences}
+        old_names |= {s.name for s in fs.ocr_slides}
+        old_topics |= fs.topics
     assert all(not set(a) & set(b) for a, b in pairwise(seeds))
+    faces = [set(fs.faces) for fs in fs_mod.FRESH_SETS.values()]
+    assert all(not a & b for a, b in pairwise(faces))
+    for attr in ("topics", "themes", "layouts"):
+        sets = [set(getattr(fs, attr)) for fs in fs_mod.FRESH_SETS.values()]
+        assert all(not a & b for a, b in pairwise(sets)), attr
 
 
 def test_fresh_voices_sound_unlike_every_voice_used_before() -> None:
@@ -431,6 +445,7 @@ def test_fresh_voices_sound_unlike_every_voice_used_before() -> None:
         fresh = [sound(v) for v in fs.voices]
         assert len(set(fresh)) == len(fresh)
         assert not set(fresh) & used
+        used |= set(fresh)  # and unlike an earlier fresh set's
 
 
 def test_fresh_sets_draw_within_the_slide() -> None:
