@@ -599,18 +599,21 @@ def collect(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     with demo_files() as demo:
         truth = json.loads(demo.truth.read_text())
         t0 = time.perf_counter()
-        recs = run_clip(demo.clip, ocr=True, asr=True, key="lecture")
+        key = "lecture-ocr" if args.ocr_only else "lecture"
+        recs = run_clip(demo.clip, ocr=True, asr=not args.ocr_only, key=key)
         ocr += ocr_samples(recs, truth, "fit", "lecture", "dynamic")
-        lecture_asr = asr_samples(recs, truth, "fit", "lecture")
-        asr += lecture_asr
-        slides.append({"clip": "lecture", "split": "fit", "truth": truth, "ocr": recs})
+        if not args.ocr_only:
+            asr += asr_samples(recs, truth, "fit", "lecture")
+            slides.append({"clip": "lecture", "split": "fit", "truth": truth, "ocr": recs})
         log.info("lecture: %.1f s", time.perf_counter() - t0)
     for k, (split, audio, truth) in enumerate(
         _speech_clips(args.seeds, args.fit_clips, args.seed, workdir)
     ):
         t0 = time.perf_counter()
-        recs = run_clip(audio, ocr=False, asr=True, key=f"asr-{audio.stem}")
-        asr += asr_samples(recs, truth, split, audio.stem)
+        recs = []
+        if not args.ocr_only:
+            recs = run_clip(audio, ocr=False, asr=True, key=f"asr-{audio.stem}")
+            asr += asr_samples(recs, truth, split, audio.stem)
         video = workdir / f"slides-{audio.stem}.mp4"
         spans = slide_video(truth, args.seed + k, video, held_out=split == "eval")
         variant = ("dynamic", "fixed480", "fixed320")[k % 3]
@@ -623,7 +626,9 @@ def collect(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         )
         shifted = on_clip_times(vrecs, spans, truth)
         ocr += ocr_samples(shifted, truth, split, f"slides-{audio.stem}", variant)
-        slides.append({"clip": audio.stem, "split": split, "truth": truth, "ocr": shifted + recs})
+        if not args.ocr_only:
+            runs = shifted + recs
+            slides.append({"clip": audio.stem, "split": split, "truth": truth, "ocr": runs})
         log.info("speech %s: %.1f s", audio.stem, time.perf_counter() - t0)
     return {
         "ocr": [asdict(s) for s in ocr],
@@ -817,6 +822,8 @@ def _apply(model: Any, x: np.ndarray, p: np.ndarray, names: list[str]) -> np.nda
 
 
 def _source(clip: str) -> str:
+    if clip == "lecture":
+        return "lecture"
     if clip.startswith("slides-"):
         return "slides drawn again"
     if clip.startswith("human-"):
@@ -837,6 +844,7 @@ def calibrate(
     target: str,
     seed: int,
     method: str | None = None,
+    cv_by: str = "clip",
 ) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:
     """Fit every candidate on the fit samples, pick the one with the lowest grouped-CV Brier,
     score raw / chosen / every candidate on held-out. Returns the chosen calibrator, the
@@ -848,8 +856,11 @@ def calibrate(
     fit = np.array([s["split"] == "fit" for s in samples])
     groups = np.array([s["clip"] for s in samples])
     y = labels.astype(float)
+    # Folds of whole clips, or (--cv-by source) one fold per source: a candidate is then
+    # judged on a kind of data it was not fitted on at all.
+    folds_of = groups if cv_by == "clip" else np.array([_source(g) for g in groups])
     cv, fitters = grouped_cv(
-        p[fit], x[fit], y[fit], groups[fit], seed, list(feature_names), COMPACT[name]
+        p[fit], x[fit], y[fit], folds_of[fit], seed, list(feature_names), COMPACT[name]
     )
     # Chosen by the cross-validated Brier score, a proper score: it rewards calibration and
     # sharpness together (ECE alone is noisy across folds and blind to a constant predictor).
@@ -875,7 +886,9 @@ def calibrate(
         },
         "cv": cv,
         "chosen": chosen,
-        "chosen_by": "cross-validated Brier" if method is None else "--method option",
+        "chosen_by": f"cross-validated Brier (folds by {cv_by})"
+        if method is None
+        else "--method option",
         "raw": _scores(p[ev], y[ev]),
         "after": _scores(after, y[ev]),
         "ratio_ci": bootstrap_ratio(p[ev], after, y[ev], groups[ev], 1000, seed),
@@ -969,6 +982,7 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         "the OCR line is read exactly (spaces ignored)",
         args.seed,
         args.ocr_method,
+        args.cv_by,
     )
     asr_cal, result["asr"], asr_arr = calibrate(
         "asr",
@@ -978,6 +992,7 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         "the ASR word is right (Whisper-normalized alignment to the truth)",
         args.seed,
         args.asr_method,
+        args.cv_by,
     )
     terms = [t for run in data["shared_runs"] for t in shared_terms(run, ocr_cal, asr_cal)]
     fit_t = [t for t in terms if t["split"] == "fit"]
@@ -1309,6 +1324,34 @@ def run_fresh(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def analyse_ocr(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """--ocr-only: fit and choose the OCR line calibrator on the fit clips (as `analyse`);
+    the old held-out figures it prints were seen before and choose nothing."""
+    from streamfuse.text.calibration import OCR_FEATURES
+
+    o = data["ocr"]
+    cal, row, _ = calibrate(
+        "ocr",
+        o,
+        np.array([s["cer"] <= args.line_cer for s in o]),
+        OCR_FEATURES,
+        "the OCR line is read exactly (spaces ignored)",
+        args.seed,
+        args.ocr_method,
+        args.cv_by,
+    )
+    if args.write_assets:
+        text = json.dumps(cal.model_dump(mode="json"), indent=1) + "\n"
+        (ASSET_DIR / "ocr.json").write_text(text)
+    summary = {
+        "ocr_chosen": row["chosen"],
+        "ocr_chosen_by": row["chosen_by"],
+        "ocr_cv": row["cv"],
+        "ocr_fit": row["fit"],
+    }
+    return {"ocr": row, "summary": summary}
+
+
 def write_words() -> Path:
     """The common-word list the features use: every lower-case ASCII word of 4+ letters that
     the default Whisper model's BPE vocabulary holds as one word-initial token ("Ġword")."""
@@ -1387,6 +1430,17 @@ def main(argv: list[str] | None = None) -> int:
         "--write-words", action="store_true", help="write the common-word list and stop"
     )
     parser.add_argument(
+        "--ocr-only",
+        action="store_true",
+        help="collect and fit the OCR line calibrator only (no speech recognition)",
+    )
+    parser.add_argument(
+        "--cv-by",
+        choices=["clip", "source"],
+        default="clip",
+        help="cross-validation folds: whole clips (default) or one per source of fit data",
+    )
+    parser.add_argument(
         "--split",
         default="heldout",
         help="heldout: fit on the fit clips, score the held-out ones (default); fresh-a, "
@@ -1404,7 +1458,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--split {args.split}: heldout or one of {', '.join(FRESH_SETS)}")
         # A fresh set scores what ships and is never fitted or chosen on; a smaller run of it
         # would be a look at it all the same.
-        for flag in ("quick", "write_assets", "ocr_method", "asr_method"):
+        for flag in ("quick", "write_assets", "ocr_method", "asr_method", "ocr_only"):
             if getattr(args, flag):
                 parser.error(f"--split {args.split} fits nothing: --{flag.replace('_', '-')}")
     if args.variants is None:
@@ -1440,6 +1494,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out))
         return 0
     key = f"samples3-{args.variants}-{args.seeds}-{args.fit_clips}-{args.seed}.json"
+    if args.ocr_only:
+        key = key.replace(".json", "-ocr.json")
     if CACHE is not None and (CACHE / key).exists():
         data = json.loads((CACHE / key).read_text())
     else:
@@ -1449,6 +1505,10 @@ def main(argv: list[str] | None = None) -> int:
             (CACHE / key).write_text(json.dumps(data))
     with tempfile.TemporaryDirectory() as tmp:
         data["ocr"] += collect_redraws(args, Path(tmp))
+    if args.ocr_only:
+        result = analyse_ocr(data, args)
+        print(json.dumps({**result["summary"], "elapsed_s": round(time.perf_counter() - t0, 1)}))
+        return 0
     result = analyse(data, args)
     s = result["summary"]
     verdicts(s)
