@@ -424,6 +424,32 @@ def test_fresh_sets_share_no_face_voice_topic_slide_theme_or_seed_with_earlier_c
         assert all(not a & b for a, b in pairwise(sets)), attr
 
 
+def test_fresh_slides_are_laid_out_unlike_every_earlier_slide() -> None:
+    """No fresh OCR slide puts two of its items where an earlier slide (or an earlier fresh
+    set's) puts two of its own: text blocks by anchor and alignment, tables by anchor and
+    column widths, photos by box (a title above a table at the usual place is one match)."""
+    _, fs_mod = _fresh()
+    import make_ocr_hard_set as hard
+
+    def anchors(slide: object) -> set[tuple[object, ...]]:
+        out: set[tuple[object, ...]] = set()
+        for it in slide.items:  # type: ignore[attr-defined]
+            if isinstance(it, hard.Table):
+                out.add(("table", it.x, it.y, it.col_widths))
+            elif isinstance(it, hard.Photo):
+                out.add(("photo", *it.box))
+            else:
+                out.add(("text", it.x, it.y, it.align))
+        return out
+
+    earlier = [anchors(s) for split in hard.SPLITS.values() for s in split()]
+    for fs in fs_mod.FRESH_SETS.values():
+        mine = [anchors(s) for s in fs.ocr_slides]
+        for slide, a in zip(fs.ocr_slides, mine, strict=True):
+            assert all(len(a & b) < 2 for b in earlier), slide.name
+        earlier += mine
+
+
 def test_fresh_voices_sound_unlike_every_voice_used_before() -> None:
     """espeak-ng ignores some variants (en-gb+f2 is en-gb): a fresh voice must really differ."""
     import hashlib
