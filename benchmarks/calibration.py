@@ -30,6 +30,14 @@ of ECE(calibrated) / ECE(raw) are reported. `--write-assets` stores the calibrat
 package, `--plots DIR` draws reliability diagrams (matplotlib). Last line: one JSON object.
 
     python benchmarks/calibration.py [--quick] [--cache DIR] [--write-assets] [--plots DIR]
+    python benchmarks/calibration.py --split fresh-a [--cache DIR] [--plots DIR]
+
+`--split fresh-a` / `fresh-b` fits nothing: it scores the calibrators the package ships,
+unchanged, on a fresh set of generated clips (scripts/fresh_sets.py: faces, layouts, topics,
+voices and seeds no other clip uses), with the same labels and scores, plus a clip-bootstrap
+interval of ECE(joint) / ECE(better single) on shared terms. `--ocr-only` collects and fits
+the OCR line calibrator alone (no speech recognition); `--cv-by source` makes each source of
+fit data one cross-validation fold.
 """
 
 from __future__ import annotations

@@ -516,3 +516,40 @@ def test_score_fixed_applies_the_given_calibrators_and_fits_nothing() -> None:
     lo, hi = s["ece_ocr_ratio_ci95"]
     assert lo <= hi < 1.0
     assert s["ece_joint_shared"] is None and s["n_shared_heldout"] == 0
+
+
+def test_ocr_only_analysis_chooses_by_leave_one_source_out_folds() -> None:
+    """--ocr-only --cv-by source: one cross-validation fold per source of fit data."""
+    import argparse
+
+    bench = _benchmark()
+    rng = np.random.default_rng(3)
+    clips = ["dev_01", "dev_02", "lecture", "slides-a", "slides-b", "redraw-1", "redraw-2"]
+    samples = []
+    for i in range(1400):
+        clip = clips[i % len(clips)] if i < 1050 else f"heldout_0{i % 3}"
+        raw, y = overconfident(1, i)
+        feats = {f: float(rng.normal()) for f in OCR_FEATURES}
+        feats["logit_conf"] = float(logit(raw)[0])
+        samples.append(
+            {
+                "split": "fit" if i < 1050 else "eval",
+                "clip": clip,
+                "conf": float(raw[0]),
+                "cer": 0.0 if y[0] else 0.5,
+                "feats": feats,
+            }
+        )
+    args = argparse.Namespace(
+        line_cer=0.0, seed=1, ocr_method=None, cv_by="source", write_assets=False
+    )
+    out = bench.analyse_ocr({"ocr": samples}, args)
+    assert out["summary"]["ocr_chosen_by"] == "cross-validated Brier (folds by source)"
+    cv = out["summary"]["ocr_cv"]
+    assert out["summary"]["ocr_chosen"] == min(cv, key=lambda k: cv[k]["brier"])
+    assert {bench._source(c) for c in clips} == {
+        "OCR set",
+        "lecture",
+        "slides drawn again",
+        "OCR set drawn again",
+    }
