@@ -30,6 +30,14 @@ of ECE(calibrated) / ECE(raw) are reported. `--write-assets` stores the calibrat
 package, `--plots DIR` draws reliability diagrams (matplotlib). Last line: one JSON object.
 
     python benchmarks/calibration.py [--quick] [--cache DIR] [--write-assets] [--plots DIR]
+    python benchmarks/calibration.py --split fresh-a [--cache DIR] [--plots DIR]
+
+`--split fresh-a` / `fresh-b` fits nothing: it scores the calibrators the package ships,
+unchanged, on a fresh set of generated clips (scripts/fresh_sets.py: faces, layouts, topics,
+voices and seeds no other clip uses), with the same labels and scores, plus a clip-bootstrap
+interval of ECE(joint) / ECE(better single) on shared terms. `--ocr-only` collects and fits
+the OCR line calibrator alone (no speech recognition); `--cv-by source` makes each source of
+fit data one cross-validation fold.
 """
 
 from __future__ import annotations
@@ -396,29 +404,35 @@ SLIDE_FONTS = [  # (body, title) faces
 
 
 def slide_video(
-    truth: dict[str, Any], seed: int, path: Path, held_out: bool
+    truth: dict[str, Any], seed: int, path: Path, held_out: bool, fresh: Any = None
 ) -> list[tuple[float, float]]:
     """The clip's slides drawn in a theme and in fonts picked by `seed` (held-out clips draw
-    from the faces the OCR set keeps for its held-out split), each slide degraded its own way
-    (drawn small, at a lower resolution scaled back up, blurred, grainy: the fit needs
-    misreadings), 2 s each; returns each slide's span."""
+    from the faces the OCR set keeps for its held-out split; a `fresh` set's clips from its
+    own faces, themes and layouts), each slide degraded its own way (drawn small, at a lower
+    resolution scaled back up, blurred, grainy: the fit needs misreadings), 2 s each; returns
+    each slide's span."""
     from PIL import Image, ImageDraw
 
     from make_demo_clip import TextBlock, _draw_block
     from make_ocr_hard_set import encode_stills
 
     rng = np.random.default_rng(seed)
-    bg, ink = THEMES[int(rng.integers(len(THEMES)))]
-    faces = HELDOUT_FONTS if held_out else SLIDE_FONTS
+    themes = THEMES if fresh is None else fresh.themes
+    bg, ink = themes[int(rng.integers(len(themes)))]
+    faces = fresh.slide_faces if fresh is not None else HELDOUT_FONTS if held_out else SLIDE_FONTS
     font, title_font = faces[int(rng.integers(len(faces)))]
+    # (title x, y, align, body x, y, align, bullet): the fit and held-out clips' one layout
+    lay: tuple[Any, ...] = (80, 70, "left", 100, 200, "left", None)
+    if fresh is not None:
+        lay = dataclasses.astuple(fresh.layouts[int(rng.integers(len(fresh.layouts)))])
     images = []
     for slide in truth["ocr"]:
         size = int(rng.choice([14, 17, 20, 24, 30]))
         img = Image.new("RGB", (1280, 720), bg)
         draw = ImageDraw.Draw(img)
         title, *body = slide["lines"]
-        _draw_block(draw, TextBlock((title,), title_font, size + 14, ink, 80, 70))
-        _draw_block(draw, TextBlock(tuple(body), font, size, ink, 100, 200))
+        _draw_block(draw, TextBlock((title,), title_font, size + 14, ink, *lay[0:3]))
+        _draw_block(draw, TextBlock(tuple(body), font, size, ink, *lay[3:6], bullet=lay[6]))
         images.append(degrade(img, rng))
     encode_stills(path, images, 2.0, 30)
     return [(2.0 * i, 2.0 * (i + 1)) for i in range(len(images))]
@@ -443,12 +457,13 @@ def degrade(img: Any, rng: np.random.Generator) -> Any:
     return img
 
 
-def redrawn_clip(seed: int, path: Path, held_out: bool) -> dict[str, Any]:
+def redrawn_clip(seed: int, path: Path, held_out: bool, fresh: Any = None) -> dict[str, Any]:
     """Three slides of the OCR set (tables, code, photos with captions, columns, small print)
     drawn again in other faces, a little smaller, degraded as `degrade` does, 2 s each; returns
     the clip's truth. Fit clips redraw `dev` slides in fitting faces (the dev clips themselves
     are read without a single error: no misreading to fit on); held-out clips redraw `heldout`
-    and `fresh` slides in the held-out faces (more independent held-out clips than the five)."""
+    and `fresh` slides in the held-out faces (more independent held-out clips than the five);
+    a `fresh` set's clips redraw its own slides in its own faces."""
     from make_demo_clip import AssetBuildError, TextBlock
     from make_ocr_hard_set import (
         Photo,
@@ -462,9 +477,13 @@ def redrawn_clip(seed: int, path: Path, held_out: bool) -> dict[str, Any]:
 
     rng = np.random.default_rng(seed)
     pairs = HELDOUT_FONTS if held_out else SLIDE_FONTS
+    if fresh is not None:
+        pairs = [(f, f) for f in fresh.faces]
     faces = sorted({f for pair in pairs for f in pair if "mono" not in f})
     monos = sorted({f for pair in pairs for f in pair if "mono" in f})
     slides = heldout_slides() + fresh_slides() if held_out else dev_slides()
+    if fresh is not None:
+        slides = list(fresh.ocr_slides)
     images, truth = [], []
     for i, k in enumerate(rng.choice(len(slides), 3, replace=False)):
         slide = slides[int(k)]
@@ -551,6 +570,22 @@ def _speech_clips(
     return out
 
 
+def on_clip_times(
+    vrecs: list[dict[str, Any]], spans: list[tuple[float, float]], truth: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The slide video's readings put back on the speech clip's own slide times."""
+    shifted = []
+    for rec in vrecs:
+        if rec.get("type") != "ocr":
+            continue
+        i = next((j for j, (a, b) in enumerate(spans) if a <= rec["t_start"] < b), None)
+        if i is None:
+            continue
+        s = truth["ocr"][i]
+        shifted.append({**rec, "t_start": s["t_start"] + 1e-3 * (rec["t_start"] - spans[i][0])})
+    return shifted
+
+
 def collect(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     from streamfuse.assets import demo_files
 
@@ -572,18 +607,21 @@ def collect(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     with demo_files() as demo:
         truth = json.loads(demo.truth.read_text())
         t0 = time.perf_counter()
-        recs = run_clip(demo.clip, ocr=True, asr=True, key="lecture")
+        key = "lecture-ocr" if args.ocr_only else "lecture"
+        recs = run_clip(demo.clip, ocr=True, asr=not args.ocr_only, key=key)
         ocr += ocr_samples(recs, truth, "fit", "lecture", "dynamic")
-        lecture_asr = asr_samples(recs, truth, "fit", "lecture")
-        asr += lecture_asr
-        slides.append({"clip": "lecture", "split": "fit", "truth": truth, "ocr": recs})
+        if not args.ocr_only:
+            asr += asr_samples(recs, truth, "fit", "lecture")
+            slides.append({"clip": "lecture", "split": "fit", "truth": truth, "ocr": recs})
         log.info("lecture: %.1f s", time.perf_counter() - t0)
     for k, (split, audio, truth) in enumerate(
         _speech_clips(args.seeds, args.fit_clips, args.seed, workdir)
     ):
         t0 = time.perf_counter()
-        recs = run_clip(audio, ocr=False, asr=True, key=f"asr-{audio.stem}")
-        asr += asr_samples(recs, truth, split, audio.stem)
+        recs = []
+        if not args.ocr_only:
+            recs = run_clip(audio, ocr=False, asr=True, key=f"asr-{audio.stem}")
+            asr += asr_samples(recs, truth, split, audio.stem)
         video = workdir / f"slides-{audio.stem}.mp4"
         spans = slide_video(truth, args.seed + k, video, held_out=split == "eval")
         variant = ("dynamic", "fixed480", "fixed320")[k % 3]
@@ -594,21 +632,11 @@ def collect(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             vision=VARIANTS[variant],
             key=f"slides2-{audio.stem}-{args.seed + k}-{variant}",
         )
-        # Put each reading back on the clip's own slide times.
-        shifted = []
-        for rec in vrecs:
-            if rec.get("type") != "ocr":
-                continue
-            i = next((j for j, (a, b) in enumerate(spans) if a <= rec["t_start"] < b), None)
-            if i is None:
-                continue
-            s = truth["ocr"][i]
-            shifted.append({**rec, "t_start": s["t_start"] + 1e-3 * (rec["t_start"] - spans[i][0])})
-        vtruth = {
-            "ocr": [{**s, "t_start": s["t_start"], "t_end": s["t_end"]} for s in truth["ocr"]]
-        }
-        ocr += ocr_samples(shifted, vtruth, split, f"slides-{audio.stem}", variant)
-        slides.append({"clip": audio.stem, "split": split, "truth": truth, "ocr": shifted + recs})
+        shifted = on_clip_times(vrecs, spans, truth)
+        ocr += ocr_samples(shifted, truth, split, f"slides-{audio.stem}", variant)
+        if not args.ocr_only:
+            runs = shifted + recs
+            slides.append({"clip": audio.stem, "split": split, "truth": truth, "ocr": runs})
         log.info("speech %s: %.1f s", audio.stem, time.perf_counter() - t0)
     return {
         "ocr": [asdict(s) for s in ocr],
@@ -802,13 +830,18 @@ def _apply(model: Any, x: np.ndarray, p: np.ndarray, names: list[str]) -> np.nda
 
 
 def _source(clip: str) -> str:
+    if clip == "lecture":
+        return "lecture"
     if clip.startswith("slides-"):
         return "slides drawn again"
     if clip.startswith("human-"):
         return "human reader"
     if clip.startswith("redraw-"):
         return "OCR set drawn again"
-    return "OCR set" if clip.split("_")[0] in ("dev", "heldout", "fresh") else "generated speech"
+    head = clip.split("_")[0]
+    if head in ("dev", "heldout", "fresh") or (head.startswith("fresh-") and "_" in clip):
+        return "OCR set"  # a fresh set's OCR slides are named "<set>_NN"
+    return "generated speech"
 
 
 def calibrate(
@@ -819,6 +852,7 @@ def calibrate(
     target: str,
     seed: int,
     method: str | None = None,
+    cv_by: str = "clip",
 ) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:
     """Fit every candidate on the fit samples, pick the one with the lowest grouped-CV Brier,
     score raw / chosen / every candidate on held-out. Returns the chosen calibrator, the
@@ -830,8 +864,11 @@ def calibrate(
     fit = np.array([s["split"] == "fit" for s in samples])
     groups = np.array([s["clip"] for s in samples])
     y = labels.astype(float)
+    # Folds of whole clips, or (--cv-by source) one fold per source: a candidate is then
+    # judged on a kind of data it was not fitted on at all.
+    folds_of = groups if cv_by == "clip" else np.array([_source(g) for g in groups])
     cv, fitters = grouped_cv(
-        p[fit], x[fit], y[fit], groups[fit], seed, list(feature_names), COMPACT[name]
+        p[fit], x[fit], y[fit], folds_of[fit], seed, list(feature_names), COMPACT[name]
     )
     # Chosen by the cross-validated Brier score, a proper score: it rewards calibration and
     # sharpness together (ECE alone is noisy across folds and blind to a constant predictor).
@@ -857,7 +894,9 @@ def calibrate(
         },
         "cv": cv,
         "chosen": chosen,
-        "chosen_by": "cross-validated Brier" if method is None else "--method option",
+        "chosen_by": f"cross-validated Brier (folds by {cv_by})"
+        if method is None
+        else "--method option",
         "raw": _scores(p[ev], y[ev]),
         "after": _scores(after, y[ev]),
         "ratio_ci": bootstrap_ratio(p[ev], after, y[ev], groups[ev], 1000, seed),
@@ -951,6 +990,7 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         "the OCR line is read exactly (spaces ignored)",
         args.seed,
         args.ocr_method,
+        args.cv_by,
     )
     asr_cal, result["asr"], asr_arr = calibrate(
         "asr",
@@ -960,6 +1000,7 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         "the ASR word is right (Whisper-normalized alignment to the truth)",
         args.seed,
         args.asr_method,
+        args.cv_by,
     )
     terms = [t for run in data["shared_runs"] for t in shared_terms(run, ocr_cal, asr_cal)]
     fit_t = [t for t in terms if t["split"] == "fit"]
@@ -1042,6 +1083,283 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+# -- fresh test sets (scripts/fresh_sets.py) -------------------------------------------------------
+
+
+def fresh_speech_clips(fs: Any) -> list[Any]:
+    """The set's speech clips (make_speech_set.Clip): one per voice, its topics in turn; every
+    fourth clip shows the next topic's slides (speech does not match the screen), one in eight
+    has a 3-s silent gap; noise, SNR, speed and music drawn from the set's seed."""
+    import make_speech_set as mss
+
+    mss.TOPICS.update(fs.topics)
+    topics = list(fs.topics)
+    rng = np.random.default_rng(fs.seed + 100)
+    out = []
+    for k, voice in enumerate(fs.voices):
+        topic = topics[k % len(topics)]
+        noise, snr = NOISES[int(rng.integers(len(NOISES)))]
+        speed = int(rng.integers(130, 186))
+        music = -14 if rng.random() < 0.25 else None
+        other = topics[(k + 1) % len(topics)] if k % 4 == 3 else None
+        out.append(
+            mss.Clip(
+                name=f"{fs.name}-{k:02d}-{topic}",
+                topic=topic,
+                voice=voice,
+                speed_wpm=speed,
+                noise=noise,
+                snr_db=snr,
+                music_db=music,
+                split="eval",
+                slides_from=other,
+                gap_s=3.0 if k % 8 == 5 else 0.0,
+            )
+        )
+    return out
+
+
+def collect_fresh(args: argparse.Namespace, fs: Any, workdir: Path) -> dict[str, Any]:
+    """OCR and ASR samples of a fresh set, all in split "eval": its OCR slides drawn as the
+    OCR set is (3 per clip, 4 s each, under every vision policy), drawn again degraded
+    (`fs.redraws` clips), and its speech clips with their slides drawn as a silent video."""
+    import make_speech_set as mss
+    from make_ocr_hard_set import encode_stills, render
+
+    variants = args.variants.split(",")
+    ocr: list[OcrSample] = []
+    asr: list[AsrSample] = []
+    runs: list[dict[str, Any]] = []
+    slides = fs.ocr_slides
+    for k in range(0, len(slides), 3):
+        group = slides[k : k + 3]
+        name = f"{fs.name}_{k // 3 + 1:02d}"
+        video = workdir / f"{name}.mp4"
+        encode_stills(video, [render(s) for s in group], 4.0, 20)
+        truth = {
+            "ocr": [
+                {"t_start": 4.0 * i, "t_end": 4.0 * (i + 1), "lines": s.truth_lines()}
+                for i, s in enumerate(group)
+            ]
+        }
+        for v in variants:
+            recs = run_clip(video, ocr=True, asr=False, vision=VARIANTS[v], key=f"{name}-{v}")
+            ocr += ocr_samples(recs, truth, "eval", name, v)
+        log.info("%s: %d OCR samples so far", name, len(ocr))
+    for k in range(fs.redraws):
+        seed = fs.seed + 500 + k
+        video = workdir / f"redraw-{seed}.mp4"
+        truth = redrawn_clip(seed, video, held_out=True, fresh=fs)
+        variant = variants[k % len(variants)]
+        recs = run_clip(video, ocr=True, asr=False, vision=VARIANTS[variant], key=video.stem)
+        ocr += ocr_samples(recs, truth, "eval", f"redraw-{seed}", variant)
+    log.info("%s redrawn: %d OCR samples so far", fs.name, len(ocr))
+    for k, clip in enumerate(fresh_speech_clips(fs)):
+        t0 = time.perf_counter()
+        truth = mss.build_clip(clip, fs.seed + 200 + k, workdir, workdir)
+        audio = workdir / f"{clip.name}.ogg"
+        recs = run_clip(audio, ocr=False, asr=True, key=f"asr-{clip.name}")
+        asr += asr_samples(recs, truth, "eval", clip.name)
+        video = workdir / f"slides-{clip.name}.mp4"
+        spans = slide_video(truth, fs.seed + 300 + k, video, held_out=True, fresh=fs)
+        variant = ("dynamic", "fixed480", "fixed320")[k % 3]
+        vrecs = run_clip(
+            video, ocr=True, asr=False, vision=VARIANTS[variant], key=f"slides-{clip.name}"
+        )
+        shifted = on_clip_times(vrecs, spans, truth)
+        ocr += ocr_samples(shifted, truth, "eval", f"slides-{clip.name}", variant)
+        runs.append({"clip": clip.name, "split": "eval", "truth": truth, "ocr": shifted + recs})
+        log.info("speech %s (%s): %.1f s", clip.name, clip.voice, time.perf_counter() - t0)
+    return {
+        "ocr": [asdict(s) for s in ocr],
+        "asr": [asdict(s) for s in asr],
+        "shared_runs": runs,
+    }
+
+
+def shipped_calibrators() -> tuple[Any, Any, Any, dict[str, str]]:
+    """The calibrators the package ships (OCR, ASR, joint) and the sha256 of their files."""
+    import hashlib
+    from importlib.resources import files
+
+    from streamfuse.text.calibration import shipped, shipped_joint
+
+    folder = files("streamfuse.assets") / "calibration"
+    digests = {
+        f"{k}.json": hashlib.sha256((folder / f"{k}.json").read_bytes()).hexdigest()
+        for k in ("ocr", "asr", "joint")
+    }
+    return shipped("ocr"), shipped("asr"), shipped_joint(), digests
+
+
+def score_fixed(
+    data: dict[str, Any], ocr_cal: Any, asr_cal: Any, joint: Any, seed: int, line_cer: float = 0.0
+) -> dict[str, Any]:
+    """Raw vs calibrated on every sample of `data` with calibrators fixed beforehand: nothing
+    is fitted or chosen here. Per modality the scores, the clip-bootstrap interval of
+    ECE(calibrated) / ECE(raw) and the breakdown by source; on shared terms the single
+    modalities, the joint estimate and the interval of ECE(joint) / ECE(better single)."""
+    result: dict[str, Any] = {}
+    arrays: dict[str, dict[str, np.ndarray]] = {}
+    for kind, cal, samples, field in (
+        ("ocr", ocr_cal, data["ocr"], "conf"),
+        ("asr", asr_cal, data["asr"], "p"),
+    ):
+        p = np.array([s[field] for s in samples], float)
+        if kind == "ocr":
+            y = np.array([s["cer"] <= line_cer for s in samples], float)
+        else:
+            y = np.array([s["right"] for s in samples], float)
+        after = predict(cal, [s["feats"] for s in samples], p)
+        groups = np.array([s["clip"] for s in samples])
+        source = np.array([_source(g) for g in groups])
+        result[kind] = {
+            "method": getattr(cal, "method", "logistic"),
+            "n": int(p.size),
+            "clips": len(np.unique(groups)),
+            "positives": round(float(y.mean()), 4),
+            "raw": _scores(p, y),
+            "after": _scores(after, y),
+            "ratio_ci": bootstrap_ratio(p, after, y, groups, 1000, seed),
+            "by_source": {
+                src: {
+                    "raw": _scores(p[source == src], y[source == src]),
+                    "after": _scores(after[source == src], y[source == src]),
+                    "clips": len(np.unique(groups[source == src])),
+                }
+                for src in sorted(set(source))
+            },
+        }
+        arrays[kind] = {"raw": p, "after": after, "y": y}
+    terms = [t for run in data["shared_runs"] for t in shared_terms(run, ocr_cal, asr_cal)]
+    result["shared"] = {"terms": len(terms)}
+    if terms:
+        pe, ye = _pairs(terms)
+        pj = joint.apply(pe)
+        single = {"asr": _scores(pe[:, 0], ye), "ocr": _scores(pe[:, 1], ye)}
+        best = min(single, key=lambda k: single[k]["ece"])
+        groups = np.array([t["clip"] for t in terms])
+        col = 0 if best == "asr" else 1
+        result["shared"] |= {
+            "positives": round(float(ye.mean()), 4),
+            "clips": len(np.unique(groups)),
+            **single,
+            "joint": _scores(pj, ye),
+            "best_single": best,
+            # ECE(joint) / ECE(better single), resampling whole clips
+            "ratio_ci": bootstrap_ratio(pe[:, col], pj, ye, groups, 1000, seed),
+        }
+        arrays["shared"] = {"asr": pe[:, 0], "ocr": pe[:, 1], "joint": pj, "y": ye}
+    summary: dict[str, Any] = {}
+    for m in ("ocr", "asr"):
+        r = result[m]
+        summary |= {
+            f"ece_{m}_before": r["raw"]["ece"],
+            f"ece_{m}_after": r["after"]["ece"],
+            f"n_{m}_heldout": r["n"],
+            f"brier_{m}_before": r["raw"]["brier"],
+            f"brier_{m}_after": r["after"]["brier"],
+            f"auroc_{m}_before": r["raw"]["auroc"],
+            f"auroc_{m}_after": r["after"]["auroc"],
+            f"ece_{m}_ratio_ci95": [r["ratio_ci"]["lo"], r["ratio_ci"]["hi"]],
+        }
+    sh = result["shared"]
+    summary["ece_joint_shared"] = sh["joint"]["ece"] if terms else None
+    summary["ece_best_single_shared"] = sh[sh["best_single"]]["ece"] if terms else None
+    summary["n_shared_heldout"] = len(terms)
+    summary["ece_joint_ratio_ci95"] = (
+        [sh["ratio_ci"]["lo"], sh["ratio_ci"]["hi"]] if terms else None
+    )
+    result["summary"] = summary
+    result["arrays"] = arrays
+    return result
+
+
+def run_fresh(args: argparse.Namespace) -> dict[str, Any]:
+    """Score the shipped calibrators, unchanged, on the fresh set `args.split`."""
+    from fresh_sets import FRESH_SETS
+
+    fs = FRESH_SETS[args.split]
+    ocr_cal, asr_cal, joint, digests = shipped_calibrators()
+    print(
+        f"{fs.name}: shipped calibrators " + ", ".join(f"{k} {v[:12]}" for k, v in digests.items())
+    )
+    key = f"{fs.name}-samples-{args.variants}.json"
+    if CACHE is not None and (CACHE / key).exists():
+        data = json.loads((CACHE / key).read_text())
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            data = collect_fresh(args, fs, Path(tmp))
+        if CACHE is not None:
+            (CACHE / key).write_text(json.dumps(data))
+    result = score_fixed(data, ocr_cal, asr_cal, joint, args.seed, args.line_cer)
+    arrays = result.pop("arrays")
+    result["calibrators_sha256"] = digests
+    for m in ("ocr", "asr"):
+        r = result[m]
+        print(
+            f"{fs.name} {m}: n={r['n']} ({r['clips']} clips, {r['positives']:.1%} right)  ECE raw "
+            f"{r['raw']['ece']:.4f} -> shipped ({r['method']}) {r['after']['ece']:.4f} "
+            f"[ratio 95% CI {r['ratio_ci']['lo']:.2f}-{r['ratio_ci']['hi']:.2f}]  Brier "
+            f"{r['raw']['brier']:.4f} -> {r['after']['brier']:.4f}  AUROC {r['raw']['auroc']} "
+            f"-> {r['after']['auroc']}"
+        )
+    if args.plots:
+        folder = args.plots / fs.name
+        folder.mkdir(parents=True, exist_ok=True)
+        for kind, what, title in (("ocr", "conf", "OCR lines"), ("asr", "p", "ASR words")):
+            arr = arrays[kind]
+            plot(
+                folder / f"{kind}.png",
+                f"{title}, {fs.name} (n={arr['y'].size})",
+                {
+                    f"raw {what}": (arr["raw"], arr["y"]),
+                    f"shipped ({result[kind]['method']})": (arr["after"], arr["y"]),
+                },
+            )
+        if "shared" in arrays:
+            arr = arrays["shared"]
+            plot(
+                folder / "shared.png",
+                f"Shared terms, {fs.name} (n={arr['y'].size})",
+                {
+                    "speech (calibrated)": (arr["asr"], arr["y"]),
+                    "screen (calibrated)": (arr["ocr"], arr["y"]),
+                    "joint": (arr["joint"], arr["y"]),
+                },
+            )
+        (folder / "results.json").write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def analyse_ocr(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    """--ocr-only: fit and choose the OCR line calibrator on the fit clips (as `analyse`);
+    the old held-out figures it prints were seen before and choose nothing."""
+    from streamfuse.text.calibration import OCR_FEATURES
+
+    o = data["ocr"]
+    cal, row, _ = calibrate(
+        "ocr",
+        o,
+        np.array([s["cer"] <= args.line_cer for s in o]),
+        OCR_FEATURES,
+        "the OCR line is read exactly (spaces ignored)",
+        args.seed,
+        args.ocr_method,
+        args.cv_by,
+    )
+    if args.write_assets:
+        text = json.dumps(cal.model_dump(mode="json"), indent=1) + "\n"
+        (ASSET_DIR / "ocr.json").write_text(text)
+    summary = {
+        "ocr_chosen": row["chosen"],
+        "ocr_chosen_by": row["chosen_by"],
+        "ocr_cv": row["cv"],
+        "ocr_fit": row["fit"],
+    }
+    return {"ocr": row, "summary": summary}
+
+
 def write_words() -> Path:
     """The common-word list the features use: every lower-case ASCII word of 4+ letters that
     the default Whisper model's BPE vocabulary holds as one word-initial token ("Ġword")."""
@@ -1073,6 +1391,24 @@ def write_words() -> Path:
     return path
 
 
+def verdicts(s: dict[str, Any]) -> None:
+    """The acceptance checks, one line each."""
+    for m in ("ocr", "asr"):
+        before, after = s[f"ece_{m}_before"], s[f"ece_{m}_after"]
+        ok = "meets" if after <= before / 2 else "MISSES"
+        print(f"{m}: ECE after / before = {after / max(before, 1e-9):.2f} ({ok} <= 0.5)")
+    if s["ece_joint_shared"] is None:
+        ok = "no held-out shared terms"
+    elif s["ece_joint_shared"] <= s["ece_best_single_shared"]:
+        ok = "meets"
+    else:
+        ok = "MISSES"
+    print(
+        f"shared: joint ECE {s['ece_joint_shared']} vs best single "
+        f"{s['ece_best_single_shared']} ({ok})"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -1101,10 +1437,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--write-words", action="store_true", help="write the common-word list and stop"
     )
+    parser.add_argument(
+        "--ocr-only",
+        action="store_true",
+        help="collect and fit the OCR line calibrator only (no speech recognition)",
+    )
+    parser.add_argument(
+        "--cv-by",
+        choices=["clip", "source"],
+        default="clip",
+        help="cross-validation folds: whole clips (default) or one per source of fit data",
+    )
+    parser.add_argument(
+        "--split",
+        default="heldout",
+        help="heldout: fit on the fit clips, score the held-out ones (default); fresh-a, "
+        "fresh-b: score the SHIPPED calibrators, unchanged, on a fresh set "
+        "(scripts/fresh_sets.py), fitting nothing",
+    )
     args = parser.parse_args(argv)
     if args.write_words:
         print(write_words())
         return 0
+    if args.split != "heldout":
+        from fresh_sets import FRESH_SETS
+
+        if args.split not in FRESH_SETS:
+            parser.error(f"--split {args.split}: heldout or one of {', '.join(FRESH_SETS)}")
+        # A fresh set scores what ships and is never fitted or chosen on; a smaller run of it
+        # would be a look at it all the same.
+        for flag in ("quick", "write_assets", "ocr_method", "asr_method", "ocr_only"):
+            if getattr(args, flag):
+                parser.error(f"--split {args.split} fits nothing: --{flag.replace('_', '-')}")
     if args.variants is None:
         args.variants = "dynamic,fixed320" if args.quick else ",".join(VARIANTS)
     if args.seeds is None:
@@ -1124,7 +1488,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.cache is not None:
         args.cache.mkdir(parents=True, exist_ok=True)
         CACHE = args.cache
+    if args.split != "heldout":
+        result = run_fresh(args)
+        s = result["summary"]
+        verdicts(s)
+        out = {
+            **s,
+            "split": args.split,
+            "elapsed_s": round(time.perf_counter() - t0, 1),
+            "quick": False,
+            "detail": {k: result[k] for k in ("ocr", "asr", "shared", "calibrators_sha256")},
+        }
+        print(json.dumps(out))
+        return 0
     key = f"samples3-{args.variants}-{args.seeds}-{args.fit_clips}-{args.seed}.json"
+    if args.ocr_only:
+        key = key.replace(".json", "-ocr.json")
     if CACHE is not None and (CACHE / key).exists():
         data = json.loads((CACHE / key).read_text())
     else:
@@ -1134,24 +1513,16 @@ def main(argv: list[str] | None = None) -> int:
             (CACHE / key).write_text(json.dumps(data))
     with tempfile.TemporaryDirectory() as tmp:
         data["ocr"] += collect_redraws(args, Path(tmp))
+    if args.ocr_only:
+        result = analyse_ocr(data, args)
+        print(json.dumps({**result["summary"], "elapsed_s": round(time.perf_counter() - t0, 1)}))
+        return 0
     result = analyse(data, args)
     s = result["summary"]
-    for m in ("ocr", "asr"):
-        before, after = s[f"ece_{m}_before"], s[f"ece_{m}_after"]
-        ok = "meets" if after <= before / 2 else "MISSES"
-        print(f"{m}: ECE after / before = {after / max(before, 1e-9):.2f} ({ok} <= 0.5)")
-    if s["ece_joint_shared"] is None:
-        ok = "no held-out shared terms"
-    elif s["ece_joint_shared"] <= s["ece_best_single_shared"]:
-        ok = "meets"
-    else:
-        ok = "MISSES"
-    print(
-        f"shared: joint ECE {s['ece_joint_shared']} vs best single "
-        f"{s['ece_best_single_shared']} ({ok})"
-    )
+    verdicts(s)
     out = {
         **s,
+        "split": "heldout",
         "elapsed_s": round(time.perf_counter() - t0, 1),
         "quick": args.quick,
         "detail": {k: result[k] for k in ("ocr", "asr", "shared")},

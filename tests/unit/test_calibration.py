@@ -351,3 +351,205 @@ def test_the_benchmark_recomputes_from_records_what_an_ocr_line_used() -> None:
     record = {"scale": 0.6667, "mean_conf": 0.992, "lines": [p.model_dump() for p in payload]}
     for ln in record["lines"]:
         assert ln["conf"] == cal(bench.line_features(record, ln))
+
+
+# -- the fresh test sets (benchmarks/calibration.py --split fresh-a) -------------------------------
+
+
+def _fresh() -> tuple[ModuleType, ModuleType]:
+    bench = _benchmark()  # puts scripts/ on sys.path
+    import fresh_sets
+
+    return bench, fresh_sets
+
+
+def _script_voices() -> set[str]:
+    """Every espeak-ng voice a generator or the benchmark names (string literals "en...")."""
+    import re
+
+    root = Path(__file__).resolve().parents[2]
+    found: set[str] = set()
+    for path in [*(root / "scripts").glob("make_*.py"), root / "benchmarks" / "calibration.py"]:
+        found |= set(re.findall(r'"(en(?:-[\w-]+)?(?:\+\w+)?)"', path.read_text()))
+    return found
+
+
+def test_fresh_sets_share_no_face_voice_topic_slide_theme_or_seed_with_earlier_clips() -> None:
+    bench, fs_mod = _fresh()
+    import make_ocr_hard_set as hard
+    import make_speech_set as mss
+    from make_demo_clip import FONTS
+
+    used_files = {path for name, path in FONTS.items() if name not in fs_mod.FRESH_FACES}
+    assert not set(fs_mod.FRESH_FACES.values()) & used_files
+    used = _script_voices()
+    assert {"en-us+m1", "en-gb+Gene", "en-gb-scotland"} <= used  # the scan finds them
+    used_variants = {v.split("+")[1] for v in used if "+" in v}
+    assert used_variants <= fs_mod.USED_VOICE_VARIANTS
+    old_lines = {ln for split in hard.SPLITS.values() for s in split() for ln in s.truth_lines()}
+    old_topics = {c.topic: mss.TOPICS[c.topic] for c in mss.CLIPS}  # TOPICS may hold fresh ones
+    old_lines |= {ln for t in old_topics.values() for slide in t.slides for ln in slide}
+    old_sentences = {s for t in old_topics.values() for s in t.sentences}
+    old_names = {s.name for split in hard.SPLITS.values() for s in split()}
+    seeds: list[range] = []
+    assert len(fs_mod.FRESH_SETS) >= 2
+    for fs in fs_mod.FRESH_SETS.values():
+        assert set(fs.faces) <= set(fs_mod.FRESH_FACES)
+        assert len(set(fs.voices)) == len(fs.voices)
+        for voice in fs.voices:
+            assert voice not in used and voice.split("+")[1] not in used_variants
+        assert not set(fs.topics) & set(old_topics)
+        assert not {s for t in fs.topics.values() for s in t.sentences} & old_sentences
+        new_lines = {ln for s in fs.ocr_slides for ln in s.truth_lines()}
+        new_lines |= {ln for t in fs.topics.values() for slide in t.slides for ln in slide}
+        assert not new_lines & old_lines
+        assert not {s.name for s in fs.ocr_slides} & old_names
+        assert not set(fs.themes) & set(bench.THEMES)
+        assert fs.seed >= 11_000  # every earlier seed is below (2026 + 8000 + redraws)
+        photos = [it.seed for s in fs.ocr_slides for it in s.items if isinstance(it, hard.Photo)]
+        assert all(fs.seed <= p < fs.seed + 1000 for p in photos)
+        seeds.append(range(fs.seed, fs.seed + 1000))
+        # a later set is fresh against the earlier ones too
+        used |= set(fs.voices)
+        used_variants |= {v.split("+")[1] for v in fs.voices}
+        old_lines |= new_lines
+        old_sentences |= {s for t in fs.topics.values() for s in t.sentences}
+        old_names |= {s.name for s in fs.ocr_slides}
+        old_topics |= fs.topics
+    assert all(not set(a) & set(b) for a, b in pairwise(seeds))
+    faces = [set(fs.faces) for fs in fs_mod.FRESH_SETS.values()]
+    assert all(not a & b for a, b in pairwise(faces))
+    for attr in ("topics", "themes", "layouts"):
+        sets = [set(getattr(fs, attr)) for fs in fs_mod.FRESH_SETS.values()]
+        assert all(not a & b for a, b in pairwise(sets)), attr
+
+
+def test_fresh_slides_are_laid_out_unlike_every_earlier_slide() -> None:
+    """No fresh OCR slide puts two of its items where an earlier slide (or an earlier fresh
+    set's) puts two of its own: text blocks by anchor and alignment, tables by anchor and
+    column widths, photos by box (a title above a table at the usual place is one match)."""
+    _, fs_mod = _fresh()
+    import make_ocr_hard_set as hard
+
+    def anchors(slide: object) -> set[tuple[object, ...]]:
+        out: set[tuple[object, ...]] = set()
+        for it in slide.items:  # type: ignore[attr-defined]
+            if isinstance(it, hard.Table):
+                out.add(("table", it.x, it.y, it.col_widths))
+            elif isinstance(it, hard.Photo):
+                out.add(("photo", *it.box))
+            else:
+                out.add(("text", it.x, it.y, it.align))
+        return out
+
+    earlier = [anchors(s) for split in hard.SPLITS.values() for s in split()]
+    for fs in fs_mod.FRESH_SETS.values():
+        mine = [anchors(s) for s in fs.ocr_slides]
+        for slide, a in zip(fs.ocr_slides, mine, strict=True):
+            assert all(len(a & b) < 2 for b in earlier), slide.name
+        earlier += mine
+
+
+def test_fresh_voices_sound_unlike_every_voice_used_before() -> None:
+    """espeak-ng ignores some variants (en-gb+f2 is en-gb): a fresh voice must really differ."""
+    import hashlib
+    import shutil
+    import subprocess
+
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng not installed")
+    _, fs_mod = _fresh()
+
+    def sound(voice: str) -> str:
+        cmd = ["espeak-ng", "-v", voice, "--stdout", "Register allocation"]
+        return hashlib.sha256(
+            subprocess.run(cmd, capture_output=True, check=True).stdout
+        ).hexdigest()
+
+    used = {sound(v) for v in _script_voices()}
+    for fs in fs_mod.FRESH_SETS.values():
+        fresh = [sound(v) for v in fs.voices]
+        assert len(set(fresh)) == len(fresh)
+        assert not set(fresh) & used
+        used |= set(fresh)  # and unlike an earlier fresh set's
+
+
+def test_fresh_sets_draw_within_the_slide() -> None:
+    _, fs_mod = _fresh()
+    from make_demo_clip import FONT_DIR
+
+    for fs in fs_mod.FRESH_SETS.values():
+        if not all((FONT_DIR / fs_mod.FRESH_FACES[f]).is_file() for f in fs.faces):
+            pytest.skip("fonts-dejavu, fonts-liberation, fonts-freefont-ttf not installed")
+        fs_mod.check_drawable(fs)  # raises AssetBuildError when something does not fit
+
+
+@pytest.mark.parametrize("flag", ["--write-assets", "--quick", "--ocr-method=isotonic"])
+def test_a_fresh_split_fits_and_chooses_nothing(flag: str) -> None:
+    bench = _benchmark()
+    with pytest.raises(SystemExit) as stop:
+        bench.main(["--split", "fresh-a", flag])
+    assert stop.value.code == 2
+    with pytest.raises(SystemExit):
+        bench.main(["--split", "no-such-set"])
+
+
+def test_score_fixed_applies_the_given_calibrators_and_fits_nothing() -> None:
+    bench = _benchmark()
+    raw, y = overconfident(1200, 6)
+    cal = fit_temperature(*overconfident(4000, 7))
+    ocr = [
+        {"conf": float(p), "cer": 0.0 if r else 0.3, "clip": f"fresh-a_{i % 12}", "feats": {}}
+        for i, (p, r) in enumerate(zip(raw, y, strict=True))
+    ]
+    asr = [
+        {"p": float(p), "right": bool(r), "clip": f"fa-{i % 9}", "feats": {}}
+        for i, (p, r) in enumerate(zip(*overconfident(900, 8), strict=True))
+    ]
+    identity = Calibrator(method="identity")
+    out = bench.score_fixed({"ocr": ocr, "asr": asr, "shared_runs": []}, cal, identity, None, 1)
+    s = out["summary"]
+    assert s["ece_ocr_before"] == round(ece(raw, y), 4)
+    assert s["ece_ocr_after"] == round(ece(cal.apply(raw), y), 4) < s["ece_ocr_before"] / 2
+    assert s["ece_asr_after"] == s["ece_asr_before"]  # the identity map: nothing refitted
+    assert out["ocr"]["clips"] == 12 and out["asr"]["clips"] == 9
+    lo, hi = s["ece_ocr_ratio_ci95"]
+    assert lo <= hi < 1.0
+    assert s["ece_joint_shared"] is None and s["n_shared_heldout"] == 0
+
+
+def test_ocr_only_analysis_chooses_by_leave_one_source_out_folds() -> None:
+    """--ocr-only --cv-by source: one cross-validation fold per source of fit data."""
+    import argparse
+
+    bench = _benchmark()
+    rng = np.random.default_rng(3)
+    clips = ["dev_01", "dev_02", "lecture", "slides-a", "slides-b", "redraw-1", "redraw-2"]
+    samples = []
+    for i in range(1400):
+        clip = clips[i % len(clips)] if i < 1050 else f"heldout_0{i % 3}"
+        raw, y = overconfident(1, i)
+        feats = {f: float(rng.normal()) for f in OCR_FEATURES}
+        feats["logit_conf"] = float(logit(raw)[0])
+        samples.append(
+            {
+                "split": "fit" if i < 1050 else "eval",
+                "clip": clip,
+                "conf": float(raw[0]),
+                "cer": 0.0 if y[0] else 0.5,
+                "feats": feats,
+            }
+        )
+    args = argparse.Namespace(
+        line_cer=0.0, seed=1, ocr_method=None, cv_by="source", write_assets=False
+    )
+    out = bench.analyse_ocr({"ocr": samples}, args)
+    assert out["summary"]["ocr_chosen_by"] == "cross-validated Brier (folds by source)"
+    cv = out["summary"]["ocr_cv"]
+    assert out["summary"]["ocr_chosen"] == min(cv, key=lambda k: cv[k]["brier"])
+    assert {bench._source(c) for c in clips} == {
+        "OCR set",
+        "lecture",
+        "slides drawn again",
+        "OCR set drawn again",
+    }

@@ -1,0 +1,911 @@
+"""Fresh test sets for the calibration benchmark (`benchmarks/calibration.py --split fresh-a`).
+
+A fresh set is generated clips that differ from every clip the shipped calibrators were fitted,
+chosen or scored on (the calibration fit clips, the OCR and speech sets' `dev`, `heldout` and
+`fresh` splits, their redrawn and reseeded copies, the bundled lecture) on every axis the
+generators offer:
+
+- fonts: faces of the same Debian packages (fonts-dejavu, fonts-liberation, fonts-freefont-ttf)
+  that no generator names (`make_demo_clip.FONTS` after `make_ocr_hard_set` added its own);
+- layouts and contents: OCR slides written here (other tables, code, photos, columns, lists),
+  the speech clips' slides in other themes and other places on the slide, other lecture topics
+  (sentences and slide text no speech clip says or shows);
+- voices: espeak-ng voice variants that no clip uses (nor the babble noise), each on one of the
+  eight English accents espeak offers (each voice's audio differs from every voice used before:
+  tests/unit/test_calibration.py); no human reader (the two shipped recordings are used);
+- seeds: every random draw (slide choice, face, size, degradation, noise, pauses, photos) from
+  seeds in the set's own range, far from every seed used before (those are below 11,000).
+
+Kept from the generators, as conditions rather than identities: the noise kinds (white, pink,
+brown, babble, none), speeds (130-185 words/min), music bed, the degradations of
+`benchmarks/calibration.py` (`degrade`), H.264 settings and the five vision policies.
+
+A set is defined before it is scored and never changed after; scoring it never chooses anything
+(docs/calibration.md, "Pre-registered fresh tests").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from make_demo_clip import FONTS, TextBlock
+from make_ocr_hard_set import INK, WHITE, HardSlide, Photo, Table, _tb
+from make_speech_set import Topic
+
+RGB = tuple[int, int, int]
+
+# Faces no generator names (same three Debian packages). Registered in FONTS here.
+FRESH_FACES: dict[str, str] = {
+    "dejavu-sans-oblique": "dejavu/DejaVuSans-Oblique.ttf",
+    "dejavu-sans-bold-oblique": "dejavu/DejaVuSans-BoldOblique.ttf",
+    "dejavu-sans-extralight": "dejavu/DejaVuSans-ExtraLight.ttf",
+    "dejavu-serif-condensed-italic": "dejavu/DejaVuSerifCondensed-Italic.ttf",
+    "dejavu-mono-oblique": "dejavu/DejaVuSansMono-Oblique.ttf",
+    "liberation-narrow-italic": "liberation/LiberationSansNarrow-Italic.ttf",
+    "liberation-sans-bold-italic": "liberation/LiberationSans-BoldItalic.ttf",
+    "free-sans-oblique": "freefont/FreeSansOblique.ttf",
+    "free-sans-bold-oblique": "freefont/FreeSansBoldOblique.ttf",
+    "free-serif-bold": "freefont/FreeSerifBold.ttf",
+    "free-mono": "freefont/FreeMono.ttf",
+    "free-mono-bold": "freefont/FreeMonoBold.ttf",
+    # fresh-b's faces: none of the above
+    "dejavu-sans-condensed-oblique": "dejavu/DejaVuSansCondensed-Oblique.ttf",
+    "dejavu-sans-condensed-bold-oblique": "dejavu/DejaVuSansCondensed-BoldOblique.ttf",
+    "dejavu-serif-bold-italic": "dejavu/DejaVuSerif-BoldItalic.ttf",
+    "dejavu-serif-condensed-bold-italic": "dejavu/DejaVuSerifCondensed-BoldItalic.ttf",
+    "dejavu-mono-bold-oblique": "dejavu/DejaVuSansMono-BoldOblique.ttf",
+    "liberation-mono-italic": "liberation/LiberationMono-Italic.ttf",
+    "liberation-mono-bold-italic": "liberation/LiberationMono-BoldItalic.ttf",
+    "liberation-narrow-bold-italic": "liberation/LiberationSansNarrow-BoldItalic.ttf",
+    "liberation-serif-bold-italic": "liberation/LiberationSerif-BoldItalic.ttf",
+    "free-mono-oblique": "freefont/FreeMonoOblique.ttf",
+    "free-serif-italic": "freefont/FreeSerifItalic.ttf",
+    "free-serif-bold-italic": "freefont/FreeSerifBoldItalic.ttf",
+}
+
+#: What the earlier generators use (checked by tests/unit/test_calibration.py).
+USED_VOICE_VARIANTS = frozenset(
+    ["m1", "m2", "m3", "m7", "f1", "f2", "f3", "f4", "f5", "klatt", "grandpa", "Andy", "Gene", "Mr"]
+)
+ACCENTS = [
+    "en-gb-x-rp",
+    "en-us",
+    "en-gb-scotland",
+    "en-029",
+    "en-gb-x-gbcwmd",
+    "en-us-nyc",
+    "en-gb-x-gbclan",
+    "en",  # British; not "en-gb": espeak-ng 1.51 ignores a variant after "en-gb" (same audio)
+]
+
+
+@dataclass(frozen=True)
+class SlideLayout:
+    """Where the speech clips' slides put their title and body (body lines get a bullet mark
+    when `bullet` is set)."""
+
+    title_x: int
+    title_y: int
+    title_align: str
+    body_x: int
+    body_y: int
+    body_align: str
+    bullet: RGB | None = None
+
+
+@dataclass(frozen=True)
+class FreshSet:
+    name: str
+    seed: int  # every draw of the set comes from seeds in [seed, seed + 1000)
+    topics: dict[str, Topic]
+    voices: list[str]  # one speech clip per voice, topics in turn
+    slide_faces: list[tuple[str, str]]  # (body, title) of the speech clips' slides
+    themes: list[tuple[RGB, RGB]]  # (background, ink) of the speech clips' slides
+    layouts: list[SlideLayout]
+    ocr_slides: list[HardSlide]  # drawn as the OCR set is (3 per clip) and redrawn
+    redraws: int  # clips of 3 `ocr_slides` drawn again in other fresh faces, degraded
+
+    @property
+    def faces(self) -> list[str]:
+        """Every face the set draws with."""
+        out = {f for pair in self.slide_faces for f in pair}
+        for slide in self.ocr_slides:
+            for it in slide.items:
+                if isinstance(it, Photo) and not it.text:
+                    continue  # draws no letters: its (default) face is never used
+                out |= {getattr(it, "font", ""), getattr(it, "header_font", "")}
+        return sorted(out - {""})
+
+
+_VARIANTS_A = [
+    "m4",
+    "Annie",
+    "klatt2",
+    "m5",
+    "linda",
+    "Lee",
+    "m6",
+    "steph",
+    "Michael",
+    "rob",
+    "edward",
+    "m8",
+    "david",
+    "Alicia",
+    "paul",
+    "klatt3",
+    "max",
+    "belinda",
+    "john",
+    "grandma",
+    "norbert",
+    "travis",
+    "zac",
+    "quincy",
+]
+
+TOPICS_A: dict[str, Topic] = {
+    "volcanoes": Topic(
+        [
+            ["Volcanic eruptions", "basaltic lava flows", "pyroclastic density currents"],
+            ["Monitoring volcanoes", "seismometers and tiltmeters", "sulfur dioxide emissions"],
+        ],
+        [
+            "Basaltic lava flows move slowly enough for people to walk away.",
+            "Pyroclastic density currents are far more dangerous than lava.",
+            "Seismometers and tiltmeters show magma rising under the summit.",
+            "A sudden rise in sulfur dioxide emissions can warn of an eruption.",
+        ],
+    ),
+    "compilers": Topic(
+        [
+            ["Compiler front end", "lexical analysis and parsing", "abstract syntax tree"],
+            ["Code generation", "constant folding", "register allocation"],
+        ],
+        [
+            "Every compiler front end starts with lexical analysis and parsing.",
+            "The parser builds an abstract syntax tree for each function.",
+            "Constant folding evaluates fixed expressions before the program runs.",
+            "Register allocation decides which values live in the processor registers.",
+        ],
+    ),
+    "photosynthesis": Topic(
+        [
+            ["Photosynthesis", "light dependent reactions", "chlorophyll in the thylakoid"],
+            ["The Calvin cycle", "carbon fixation by rubisco", "glucose and starch storage"],
+        ],
+        [
+            "The light dependent reactions split water and release oxygen.",
+            "Chlorophyll in the thylakoid membrane absorbs red and blue light.",
+            "In the Calvin cycle, rubisco fixes carbon dioxide from the air.",
+            "The plant keeps the resulting glucose as starch storage in its leaves.",
+        ],
+    ),
+    "transactions": Topic(
+        [
+            ["Database transactions", "atomicity and isolation", "write ahead logging"],
+            ["Concurrency control", "two phase locking", "multiversion snapshots"],
+        ],
+        [
+            "A transaction either commits completely or leaves no trace at all.",
+            "Atomicity and isolation rest on write ahead logging and on locks.",
+            "Two phase locking takes every lock before it releases any of them.",
+            "With multiversion snapshots, readers never wait for writers.",
+        ],
+    ),
+    "orbits": Topic(
+        [
+            ["Orbital mechanics", "elliptical orbits", "escape velocity"],
+            ["Changing orbits", "Hohmann transfer", "gravity assist from Jupiter"],
+        ],
+        [
+            "Planets travel around the sun on elliptical orbits.",
+            "A rocket must reach escape velocity to leave the planet for good.",
+            "A Hohmann transfer uses two engine burns to move between circular orbits.",
+            "A gravity assist from Jupiter can save years of travel time.",
+        ],
+    ),
+    "cryptography": Topic(
+        [
+            ["Public key cryptography", "modular exponentiation", "elliptic curve signatures"],
+            ["Key exchange", "Diffie Hellman", "forward secrecy"],
+        ],
+        [
+            "Public key cryptography uses a pair of related keys.",
+            "Encryption with the RSA scheme relies on modular exponentiation.",
+            "Elliptic curve signatures are much shorter for the same security.",
+            "Diffie Hellman key exchange with fresh keys gives forward secrecy.",
+        ],
+    ),
+}
+
+
+def _ocr_slides_a() -> list[HardSlide]:
+    navy: RGB = (20, 40, 90)
+    return [
+        HardSlide(
+            "grid_table_sensors",
+            (252, 252, 250),
+            (
+                _tb(["Sensor ranges"], "free-serif-bold", 48, navy, 640, 40, "center"),
+                Table(
+                    140,
+                    140,
+                    (320, 200, 200, 200),
+                    (
+                        ("Sensor", "Min", "Max", "Unit"),
+                        ("Pressure", "0.8", "1.3", "bar"),
+                        ("Humidity", "21", "87", "%"),
+                        ("Supply voltage", "3.1", "3.4", "V"),
+                        ("Current", "12", "480", "mA"),
+                    ),
+                    "dejavu-sans-oblique",
+                    "dejavu-sans-bold-oblique",
+                    26,
+                    "grid",
+                    INK,
+                    (100, 100, 120),
+                    right=(1, 2),
+                ),
+                _tb(
+                    ["Measured at the test bench in March"],
+                    "dejavu-sans-oblique",
+                    16,
+                    (90, 90, 100),
+                    140,
+                    620,
+                ),
+            ),
+        ),
+        HardSlide(
+            "code_light_plan",
+            (248, 246, 240),
+            (
+                _tb(["Loading a plan"], "liberation-sans-bold-italic", 46, (90, 30, 30), 80, 40),
+                _tb(
+                    [
+                        "import json",
+                        "with open(path) as f:",
+                        "    plan = json.load(f)",
+                        "steps = len(plan)",
+                        "print(steps, 'steps')",
+                    ],
+                    "free-mono-bold",
+                    28,
+                    (20, 60, 40),
+                    110,
+                    160,
+                    spacing=1.5,
+                ),
+                _tb(["plan.py"], "free-mono", 18, (120, 120, 120), 1180, 650, "right"),
+            ),
+        ),
+        HardSlide(
+            "photo_banner_right",
+            (230, 236, 240),
+            (
+                _tb(["Coastal survey"], "free-sans-bold-oblique", 46, INK, 60, 40),
+                _tb(
+                    ["Tide gauges", "Drone flights", "Sand samples"],
+                    "free-sans-oblique",
+                    30,
+                    (40, 50, 60),
+                    60,
+                    180,
+                ),
+                Photo(
+                    (520, 130, 1220, 620),
+                    seed=40011,
+                    text=("Lighthouse at low tide", "Photo: survey team, 2024"),
+                    font="free-sans-bold-oblique",
+                    size_px=28,
+                ),
+            ),
+        ),
+        HardSlide(
+            "four_quadrants",
+            (255, 255, 255),
+            (
+                _tb(["Four steps"], "dejavu-sans-bold-oblique", 50, INK, 80, 40),
+                _tb(["Collect"], "dejavu-sans-bold-oblique", 30, (0, 110, 90), 140, 170),
+                _tb(
+                    ["Record the room", "Note the time"],
+                    "dejavu-sans-oblique",
+                    24,
+                    INK,
+                    140,
+                    225,
+                ),
+                _tb(["Label"], "dejavu-sans-bold-oblique", 30, (0, 110, 90), 700, 170),
+                _tb(
+                    ["Mark each word", "Check twice"],
+                    "dejavu-sans-oblique",
+                    24,
+                    INK,
+                    700,
+                    225,
+                ),
+                _tb(["Train"], "dejavu-sans-bold-oblique", 30, (0, 110, 90), 140, 430),
+                _tb(
+                    ["Small model first", "Then scale up"],
+                    "dejavu-sans-oblique",
+                    24,
+                    INK,
+                    140,
+                    485,
+                ),
+                _tb(["Deploy"], "dejavu-sans-bold-oblique", 30, (0, 110, 90), 700, 430),
+                _tb(
+                    ["Watch the errors", "Keep the logs"],
+                    "dejavu-sans-oblique",
+                    24,
+                    INK,
+                    700,
+                    485,
+                ),
+            ),
+        ),
+        HardSlide(
+            "zebra_table_schedule",
+            (250, 248, 255),
+            (
+                _tb(["Lab schedule"], "free-serif-bold", 50, (70, 30, 110), 80, 40),
+                Table(
+                    80,
+                    140,
+                    (300, 200, 360),
+                    (
+                        ("Day", "Room", "Topic"),
+                        ("Monday", "B12", "Sampling"),
+                        ("Tuesday", "C4", "Filters"),
+                        ("Thursday", "A1", "Review"),
+                    ),
+                    "liberation-narrow-italic",
+                    "liberation-sans-bold-italic",
+                    30,
+                    "zebra",
+                    INK,
+                    (0, 0, 0),
+                    band=(226, 218, 244),
+                ),
+                _tb(
+                    ["Rooms may change in week 7"],
+                    "liberation-narrow-italic",
+                    20,
+                    (90, 70, 110),
+                    80,
+                    520,
+                ),
+            ),
+        ),
+        HardSlide(
+            "quote_centered",
+            (28, 32, 36),
+            (
+                _tb(
+                    ["Measure twice,", "cut once."],
+                    "dejavu-serif-condensed-italic",
+                    60,
+                    (240, 235, 220),
+                    640,
+                    200,
+                    "center",
+                    spacing=1.3,
+                ),
+                _tb(
+                    ["Old workshop saying"],
+                    "dejavu-serif-condensed-italic",
+                    24,
+                    (180, 175, 160),
+                    1100,
+                    460,
+                    "right",
+                ),
+            ),
+        ),
+        HardSlide(
+            "rules_table_budget",
+            WHITE,
+            (
+                _tb(["Project budget"], "liberation-sans-bold-italic", 46, INK, 80, 40),
+                Table(
+                    80,
+                    140,
+                    (300, 220, 420),
+                    (
+                        ("Item", "Cost", "Notes"),
+                        ("Cables", "240 EUR", "one spare set"),
+                        ("Sensors", "1,150 EUR", "eight units"),
+                        ("Travel", "600 EUR", "two site visits"),
+                    ),
+                    "free-sans-oblique",
+                    "free-sans-bold-oblique",
+                    28,
+                    "rules",
+                    INK,
+                    (50, 50, 50),
+                    right=(1,),
+                ),
+                _tb(
+                    ["Prices include tax"],
+                    "free-sans-oblique",
+                    18,
+                    (100, 100, 100),
+                    80,
+                    500,
+                ),
+            ),
+        ),
+        HardSlide(
+            "agenda_dark",
+            (15, 45, 60),
+            (
+                _tb(["Agenda"], "free-sans-bold-oblique", 56, (255, 220, 120), 100, 60),
+                TextBlock(
+                    ("Motivation", "Method", "Results", "Open questions"),
+                    "dejavu-sans-extralight",
+                    36,
+                    (225, 240, 245),
+                    150,
+                    190,
+                    bullet=(255, 220, 120),
+                ),
+                _tb(
+                    ["Seminar on sensing, room 2.14, 10 am"],
+                    "dejavu-sans-oblique",
+                    16,
+                    (160, 190, 200),
+                    100,
+                    660,
+                ),
+            ),
+        ),
+        HardSlide(
+            "photos_captions_below",
+            (246, 244, 238),
+            (
+                _tb(["Two samples"], "free-serif-bold", 46, INK, 640, 30, "center"),
+                Photo((90, 110, 590, 470), seed=40021),
+                Photo((690, 110, 1190, 470), seed=40022),
+                _tb(["Sample A, day one"], "liberation-narrow-italic", 24, INK, 90, 490),
+                _tb(["Sample B, day nine"], "liberation-narrow-italic", 24, INK, 690, 490),
+            ),
+        ),
+    ]
+
+
+FRESH_A = FreshSet(
+    name="fresh-a",
+    seed=40_000,
+    topics=TOPICS_A,
+    voices=[f"{ACCENTS[i % len(ACCENTS)]}+{v}" for i, v in enumerate(_VARIANTS_A)],
+    slide_faces=[
+        ("dejavu-sans-oblique", "dejavu-sans-bold-oblique"),
+        ("liberation-narrow-italic", "liberation-sans-bold-italic"),
+        ("free-sans-oblique", "free-serif-bold"),
+        ("dejavu-sans-extralight", "free-sans-bold-oblique"),
+        ("dejavu-serif-condensed-italic", "liberation-sans-bold-italic"),
+        ("dejavu-mono-oblique", "free-mono-bold"),
+    ],
+    themes=[
+        ((255, 255, 255), (0, 70, 35)),  # dark green on white
+        ((232, 242, 252), (20, 50, 110)),  # navy on pale blue
+        ((60, 20, 25), (250, 225, 170)),  # cream on maroon
+        ((238, 238, 228), (120, 120, 110)),  # grey on off-white (low contrast)
+        ((20, 70, 60), (205, 240, 228)),  # mint on dark teal
+    ],
+    layouts=[
+        SlideLayout(640, 60, "center", 160, 210, "left"),
+        SlideLayout(60, 40, "left", 90, 180, "left", bullet=(200, 120, 0)),
+        SlideLayout(1220, 70, "right", 1220, 240, "right"),
+        SlideLayout(120, 90, "left", 640, 280, "center"),
+    ],
+    ocr_slides=_ocr_slides_a(),
+    redraws=16,
+)
+
+_VARIANTS_B = [
+    "adam",
+    "Andrea",
+    "klatt4",
+    "benjamin",
+    "aunty",
+    "boris",
+    "shelby",
+    "caleb",
+    "steph2",
+    "ed",
+    "Alex",
+    "edward2",
+    "Jacky",
+    "Gene2",
+    "steph3",
+    "Hugo",
+    "Mike",
+    "iven",
+    "michel",
+    "pablo",
+    "robert",
+    "victor",
+    "iven2",
+    "Denis",
+]
+
+TOPICS_B: dict[str, Topic] = {
+    "tides": Topic(
+        [
+            ["Ocean tides", "gravitational pull of the moon", "spring and neap tides"],
+            ["Ocean currents", "thermohaline circulation", "the Gulf Stream"],
+        ],
+        [
+            "Tides follow the gravitational pull of the moon and the sun.",
+            "Spring tides come when the sun and the moon line up.",
+            "Thermohaline circulation is driven by differences in heat and salt.",
+            "The Gulf Stream carries warm water across the Atlantic.",
+        ],
+    ),
+    "memory": Topic(
+        [
+            ["Virtual memory", "page tables", "translation lookaside buffer"],
+            ["Process scheduling", "round robin time slices", "priority inversion"],
+        ],
+        [
+            "Every process sees its own address space through page tables.",
+            "The translation lookaside buffer caches recent address translations.",
+            "A round robin scheduler gives each process a short time slice.",
+            "Priority inversion happens when a low priority task holds a lock.",
+        ],
+    ),
+    "immunity": Topic(
+        [
+            ["The immune system", "antibodies from B cells", "memory T cells"],
+            ["Vaccination", "weakened antigens", "herd immunity threshold"],
+        ],
+        [
+            "B cells release antibodies that bind to a specific antigen.",
+            "Memory T cells remember an infection for many years.",
+            "A vaccine shows the body weakened antigens without the disease.",
+            "Above the herd immunity threshold an outbreak dies out on its own.",
+        ],
+    ),
+    "thermodynamics": Topic(
+        [
+            ["Thermodynamics", "conservation of energy", "entropy always increases"],
+            ["Heat engines", "the Carnot cycle", "refrigerators and heat pumps"],
+        ],
+        [
+            "The first law is simply the conservation of energy.",
+            "In an isolated system, entropy always increases over time.",
+            "No engine can beat the efficiency of the Carnot cycle.",
+            "Refrigerators and heat pumps move heat from cold to hot.",
+        ],
+    ),
+    "harmony": Topic(
+        [
+            ["Music theory", "major and minor scales", "intervals and chords"],
+            ["Harmony", "dominant seventh", "cadences at the end of a phrase"],
+        ],
+        [
+            "Major and minor scales differ in the position of their half steps.",
+            "Stacking intervals of a third gives the common chords.",
+            "A dominant seventh chord pulls strongly towards the tonic.",
+            "Cadences mark the end of a musical phrase.",
+        ],
+    ),
+    "epidemics": Topic(
+        [
+            ["Epidemic models", "susceptible, infected, recovered", "basic reproduction number"],
+            ["Tracking outbreaks", "contact tracing", "incubation period"],
+        ],
+        [
+            "The simplest epidemic model splits people into susceptible, infected and recovered.",
+            "The basic reproduction number counts new cases caused by one case.",
+            "Contact tracing finds the people an infected person has met.",
+            "The incubation period is the time from infection to the first symptoms.",
+        ],
+    ),
+}
+
+
+def _ocr_slides_b() -> list[HardSlide]:
+    return [
+        HardSlide(
+            "grid_table_trains",
+            (255, 253, 245),
+            (
+                _tb(["Departures"], "liberation-serif-bold-italic", 50, INK, 80, 40),
+                Table(
+                    80,
+                    140,
+                    (200, 340, 160, 200),
+                    (
+                        ("Time", "Destination", "Track", "Status"),
+                        ("08:15", "Harbour Road", "4", "on time"),
+                        ("08:32", "Airport", "1", "delayed"),
+                        ("08:47", "North Park", "7", "on time"),
+                    ),
+                    "free-serif-italic",
+                    "free-serif-bold-italic",
+                    28,
+                    "grid",
+                    INK,
+                    (110, 100, 80),
+                    right=(2,),
+                ),
+            ),
+        ),
+        HardSlide(
+            "code_dark_loop",
+            (22, 26, 34),
+            (
+                _tb(
+                    ["Retry with backoff"], "dejavu-sans-condensed-bold-oblique", 44, WHITE, 80, 40
+                ),
+                _tb(
+                    [
+                        "delay = 0.5",
+                        "for attempt in range(5):",
+                        "    if send(msg):",
+                        "        break",
+                        "    sleep(delay)",
+                        "    delay *= 2",
+                    ],
+                    "liberation-mono-italic",
+                    26,
+                    (250, 200, 120),
+                    110,
+                    150,
+                    spacing=1.5,
+                ),
+            ),
+        ),
+        HardSlide(
+            "photo_full_caption",
+            (240, 240, 240),
+            (
+                Photo(
+                    (0, 0, 1280, 520),
+                    seed=41011,
+                    text=("Night market, old town",),
+                    font="dejavu-sans-condensed-bold-oblique",
+                    size_px=40,
+                    banner=False,
+                ),
+                _tb(
+                    ["Figure 2: stalls lit by strings of lamps"],
+                    "dejavu-sans-condensed-oblique",
+                    22,
+                    (60, 60, 60),
+                    80,
+                    560,
+                ),
+            ),
+        ),
+        HardSlide(
+            "two_columns_pros_cons",
+            (236, 246, 238),
+            (
+                _tb(["Batch or stream"], "dejavu-serif-bold-italic", 48, (20, 80, 40), 80, 40),
+                _tb(["Batch"], "dejavu-serif-bold-italic", 30, (20, 80, 40), 160, 200),
+                _tb(
+                    ["Simple to reason about", "High throughput"],
+                    "dejavu-serif-condensed-bold-italic",
+                    26,
+                    INK,
+                    160,
+                    260,
+                ),
+                _tb(["Stream"], "dejavu-serif-bold-italic", 30, (20, 80, 40), 760, 200),
+                _tb(
+                    ["Answers within seconds", "State must be kept"],
+                    "dejavu-serif-condensed-bold-italic",
+                    26,
+                    INK,
+                    760,
+                    260,
+                ),
+            ),
+        ),
+        HardSlide(
+            "zebra_table_grades",
+            WHITE,
+            (
+                _tb(["Marks by task"], "liberation-narrow-bold-italic", 48, INK, 640, 40, "center"),
+                Table(
+                    290,
+                    140,
+                    (300, 180, 220),
+                    (
+                        ("Task", "Weight", "Mean"),
+                        ("Essay", "40 %", "68"),
+                        ("Lab report", "35 %", "74"),
+                        ("Quiz", "25 %", "81"),
+                    ),
+                    "liberation-narrow-bold-italic",
+                    "liberation-narrow-bold-italic",
+                    30,
+                    "zebra",
+                    INK,
+                    (0, 0, 0),
+                    band=(255, 236, 200),
+                    right=(1, 2),
+                ),
+            ),
+        ),
+        HardSlide(
+            "terminal_output",
+            (0, 0, 0),
+            (
+                _tb(
+                    [
+                        "$ make test",
+                        "collected 212 items",
+                        "210 passed, 2 skipped in 41.3s",
+                    ],
+                    "dejavu-mono-bold-oblique",
+                    26,
+                    (120, 230, 120),
+                    80,
+                    120,
+                    spacing=1.6,
+                ),
+                _tb(["Console"], "free-mono-oblique", 20, (160, 160, 160), 1200, 660, "right"),
+            ),
+        ),
+        HardSlide(
+            "rules_table_chem",
+            (248, 250, 255),
+            (
+                _tb(["Melting points"], "free-serif-bold-italic", 50, (30, 30, 90), 80, 40),
+                Table(
+                    80,
+                    140,
+                    (300, 260),
+                    (
+                        ("Metal", "Melting point"),
+                        ("Tin", "232 C"),
+                        ("Lead", "327 C"),
+                        ("Copper", "1085 C"),
+                        ("Iron", "1538 C"),
+                    ),
+                    "free-serif-italic",
+                    "free-serif-bold-italic",
+                    28,
+                    "rules",
+                    INK,
+                    (40, 40, 90),
+                    right=(1,),
+                ),
+            ),
+        ),
+        HardSlide(
+            "title_subtitle_orange",
+            (200, 90, 20),
+            (
+                _tb(["Week 11"], "liberation-serif-bold-italic", 72, WHITE, 640, 160, "center"),
+                _tb(
+                    ["Sorting in linear time"],
+                    "liberation-serif-bold-italic",
+                    40,
+                    (255, 235, 210),
+                    640,
+                    290,
+                    "center",
+                ),
+                _tb(
+                    ["Counting sort, radix sort"],
+                    "free-mono-oblique",
+                    24,
+                    WHITE,
+                    640,
+                    420,
+                    "center",
+                ),
+            ),
+        ),
+        HardSlide(
+            "three_photos_labels",
+            (30, 30, 30),
+            (
+                Photo(
+                    (60, 80, 420, 420),
+                    seed=41021,
+                    text=("Spring",),
+                    font="liberation-mono-bold-italic",
+                    size_px=28,
+                ),
+                Photo(
+                    (460, 80, 820, 420),
+                    seed=41022,
+                    text=("Summer",),
+                    font="liberation-mono-bold-italic",
+                    size_px=28,
+                ),
+                Photo(
+                    (860, 80, 1220, 420),
+                    seed=41023,
+                    text=("Autumn",),
+                    font="liberation-mono-bold-italic",
+                    size_px=28,
+                ),
+                _tb(
+                    ["One site photographed every three months"],
+                    "dejavu-sans-condensed-oblique",
+                    22,
+                    (200, 200, 200),
+                    640,
+                    480,
+                    "center",
+                ),
+            ),
+        ),
+    ]
+
+
+FRESH_B = FreshSet(
+    name="fresh-b",
+    seed=41_000,
+    topics=TOPICS_B,
+    voices=[f"{ACCENTS[(i + 3) % len(ACCENTS)]}+{v}" for i, v in enumerate(_VARIANTS_B)],
+    slide_faces=[
+        ("dejavu-sans-condensed-oblique", "dejavu-sans-condensed-bold-oblique"),
+        ("free-serif-italic", "free-serif-bold-italic"),
+        ("liberation-mono-italic", "liberation-mono-bold-italic"),
+        ("dejavu-serif-condensed-bold-italic", "dejavu-serif-bold-italic"),
+        ("liberation-narrow-bold-italic", "liberation-serif-bold-italic"),
+        ("free-mono-oblique", "dejavu-mono-bold-oblique"),
+    ],
+    themes=[
+        ((250, 250, 235), (60, 40, 10)),  # dark brown on ivory
+        ((10, 10, 10), (255, 230, 0)),  # yellow on black
+        ((225, 235, 225), (30, 90, 50)),  # green on pale green
+        ((90, 40, 110), (245, 235, 250)),  # lilac on purple
+        ((245, 245, 250), (160, 160, 175)),  # pale grey on white (low contrast)
+    ],
+    layouts=[
+        SlideLayout(640, 40, "center", 640, 200, "center"),
+        SlideLayout(100, 120, "left", 140, 260, "left", bullet=(0, 120, 200)),
+        SlideLayout(60, 560, "left", 60, 200, "left"),
+        SlideLayout(1200, 40, "right", 80, 220, "left"),
+    ],
+    ocr_slides=_ocr_slides_b(),
+    redraws=16,
+)
+
+FRESH_SETS: dict[str, FreshSet] = {s.name: s for s in (FRESH_A, FRESH_B)}
+FONTS.update(FRESH_FACES)
+
+
+def check_drawable(fs: FreshSet) -> None:
+    """Raise `AssetBuildError` unless every OCR slide renders and every speech slide fits in
+    every layout, face and size the set may draw it with."""
+    from PIL import Image, ImageDraw
+
+    from make_demo_clip import _draw_block
+    from make_ocr_hard_set import render
+
+    for slide in fs.ocr_slides:
+        render(slide)
+    img = Image.new("RGB", (1280, 720))
+    draw = ImageDraw.Draw(img)
+    for topic in fs.topics.values():
+        for title, *body in topic.slides:
+            for lay in fs.layouts:
+                for font, title_font in fs.slide_faces:
+                    for size in (14, 30):  # the smallest and largest body size drawn
+                        _draw_block(
+                            draw,
+                            TextBlock((title,), title_font, size + 14, WHITE, *_at(lay, "title")),
+                        )
+                        _draw_block(
+                            draw,
+                            TextBlock(
+                                tuple(body), font, size, WHITE, *_at(lay, "body"), bullet=lay.bullet
+                            ),
+                        )
+
+
+def _at(lay: SlideLayout, what: str) -> tuple[int, int, str]:
+    if what == "title":
+        return lay.title_x, lay.title_y, lay.title_align
+    return lay.body_x, lay.body_y, lay.body_align
