@@ -113,7 +113,9 @@ def int8_gemm_path(timeout_s: float = 60.0) -> dict[str, str]:
     """What `torch._int_mm` (every int8 product of the runtime) dispatches to on this machine:
     oneDNN's verbose log of one product in a fresh process (the log is read once, at oneDNN's
     first use, so it cannot be switched on in this one). Keys: `isa` (the instruction set
-    oneDNN chose), `impl` (the primitive that ran), or `error`."""
+    oneDNN chose) and `impl` (the primitive that ran); `impl` alone where oneDNN ran nothing
+    (without AVX-512 VNNI or AMX, PyTorch computes `_int_mm` in ATen's own int8 kernel); or
+    `error`."""
     import subprocess
     import sys
 
@@ -129,7 +131,11 @@ def int8_gemm_path(timeout_s: float = 60.0) -> dict[str, str]:
         )
     except (OSError, subprocess.SubprocessError) as e:
         return {"error": str(e)[:200]}
-    return parse_onednn_log(proc.stdout) or {"error": "no oneDNN log (built without oneDNN?)"}
+    if not torch.backends.mkldnn.is_available():
+        return {"impl": "ATen int8 kernel (PyTorch built without oneDNN)"}
+    return parse_onednn_log(proc.stdout) or {
+        "impl": "ATen int8 kernel (oneDNN ran no primitive: no int8 path for this CPU)"
+    }
 
 
 def parse_onednn_log(text: str) -> dict[str, str]:
