@@ -95,26 +95,6 @@ def attention_entropy(view: LayerView, block: int = 256) -> Tensor:
     return out
 
 
-def received_attention(view: LayerView, block: int = 256) -> Tensor:
-    """H2O's heavy-hitter statistic within one layer: the causal attention probability each
-    alive row receives from every alive row after it, summed over rows, mean over heads,
-    divided by how many rows can see it (so early rows are not favoured by position alone)."""
-    assert view.q is not None and view.keys is not None
-    n = view.q.shape[0]
-    kv, h = view.keys.shape[0], view.q.shape[1]
-    g = h // kv
-    keys = view.keys[:, view.start : view.start + n]
-    total = torch.zeros(n)
-    kpos = torch.arange(n)
-    for r0 in range(0, n, block):
-        r1 = min(n, r0 + block)
-        scores = torch.matmul(_grouped(view.q[r0:r1], kv), keys.transpose(1, 2))
-        scores = scores.view(kv, g, r1 - r0, n)
-        scores.masked_fill_(kpos[None, :] > torch.arange(r0, r1)[:, None], float("-inf"))
-        total += torch.softmax(scores, dim=-1).mean(dim=(0, 1)).sum(0)
-    return total / (n - kpos).float()
-
-
 def key_norms(view: LayerView) -> Tensor:
     """L2 norm of each alive row's key, mean over kv heads."""
     assert view.keys is not None
@@ -259,7 +239,6 @@ def ours_scorer(
     *,
     recent_share: float = RECENT_SHARE,
     attention_weight: float = 0.5,
-    received_weight: float = 0.0,
     signals: dict[str, float] | None = None,
 ) -> Callable[[LayerView], Tensor]:
     """Whole semantic units, not scattered tokens: every row scores as its line does. Ranked
@@ -293,10 +272,7 @@ def ours_scorer(
             modality = info.modality.index_select(0, view.layout)
             signals["modal_entropy_gap"] = modal_entropy_gap(att, modality)
         groups = info.groups.index_select(0, view.layout)
-        s = s + attention_weight * group_mean(_rank01(att), groups)
-        if received_weight:
-            s = s + received_weight * group_mean(_rank01(received_attention(view)), groups)
-        return s
+        return s + attention_weight * group_mean(_rank01(att), groups)
 
     return score
 
