@@ -11,12 +11,12 @@ plus the same agreement over the answer alone (up to where the LM stage stops it
 line break after text, or an end-of-turn id) and where the first difference falls. It also
 probes how well each importance signal finds the answer's line (AUC), and scores semantic
 windows' boundary F1 on the demo clip and the speech-set clips (other voices), on words timed
-from the truth and on the words tiny.en writes for the real audio.
+from the truth and (`--asr-windows`) on the words tiny.en writes for the real audio.
 Every timing is on a shared machine: ratios of interleaved runs, noisy. The last line is one
 JSON object (prefill_speedup_25, kv_ratio_25, qa_retained_25, agreement_25, ...).
 
     python benchmarks/token_dropping.py [--quick] [--threads 2] [--set QA.json] [--out results.json]
-        [--no-asr-windows]
+        [--asr-windows]
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def _clip_paths() -> list[tuple[str, Path, Path]]:
     ]
 
 
-def window_f1(asr: bool = True) -> dict[str, Any]:
+def window_f1(asr: bool = False) -> dict[str, Any]:
     """Sentence-boundary F1 of semantic windows per clip. `punctuated` / `unpunctuated`: words
     timed from the truth sentences (no pause inside a sentence); `asr`: the words, punctuation
     and word times tiny.en writes for the clip's real audio (offline, one full pass), scored
@@ -170,9 +170,9 @@ def main() -> None:
         "assets/eval/lmqa/timeline_qa_b.json)",
     )
     ap.add_argument(
-        "--no-asr-windows",
+        "--asr-windows",
         action="store_true",
-        help="skip the semantic-window F1 on tiny.en's words for the real audio (~1 min)",
+        help="also score semantic windows on tiny.en's words for each clip's real audio",
     )
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -384,7 +384,7 @@ def main() -> None:
         )  # fmt: skip
     aucs = {k: statistics.mean(v) for k, v in signal_auc.items()}
     log.info("answer-line AUC of importance signals at layer 2: %s", aucs)
-    windows = window_f1(asr=not args.no_asr_windows)
+    windows = window_f1(asr=args.asr_windows)
     log.info("semantic windows boundary F1: %s", json.dumps(windows))
 
     def at(method: str, k: str) -> float:
