@@ -20,6 +20,7 @@ from streamfuse.text.windows import (
     WindowConfig,
     Word,
     boundary_f1,
+    map_boundaries,
     sentence_boundaries,
     split_ready,
     words_from_sentences,
@@ -61,6 +62,45 @@ def test_boundary_f1_against_sentence_truth() -> None:
         }
         assert boundary_f1(cut, truth) == 1.0
     assert boundary_f1({2}, truth) == pytest.approx(0.5)
+
+
+def test_sentence_truth_counts_every_sentence_end_inside_an_utterance() -> None:
+    # A human clip's truth is one utterance of several sentences: each sentence end is a truth
+    # boundary, so windows ending there are not extra (the utterance-as-sentence truth scored
+    # such a clip 0.29).
+    sents = [(0.5, 10.0, "Ever tried. Ever failed. No matter."), (11.0, 12.0, "Try again")]
+    truth = sentence_boundaries(sents)
+    assert truth == {1, 3, 5, 7}
+    cut = {w.last for w in SemanticWindower(WindowConfig(use_topics=False)).cut(
+        words_from_sentences(sents))}  # fmt: skip
+    assert boundary_f1(cut, truth) == 1.0
+
+
+def test_truth_boundaries_follow_an_alignment_to_the_recognized_words() -> None:
+    truth_words = ["The", "camera", "runs.", "Then", "a", "pause", "here.", "It", "ends."]
+    truth = sentence_boundaries([(0.0, 1.0, " ".join(truth_words))])
+    assert truth == {2, 6, 8}
+    # the first sentence's last word substituted, a word inserted, the second's last deleted
+    hyp = ["the", "camera", "ran.", "then", "a", "big", "pause.", "it", "ends"]
+    assert map_boundaries(truth_words, truth, hyp) == {2, 6, 8}
+    assert map_boundaries(truth_words, truth, truth_words) == truth
+
+
+def test_a_pause_after_a_comma_does_not_end_the_window() -> None:
+    # tiny.en on the demo clip: "... sends sound in small blocks," then a 0.5 s breath, then
+    # "twenty milliseconds at a time." One sentence: the pause alone cut it (an extra boundary).
+    words = [
+        Word("sound", 0.0, 0.3), Word("in", 0.3, 0.4), Word("small", 0.4, 0.7),
+        Word("blocks,", 0.7, 1.1), Word("twenty", 1.6, 1.9), Word("milliseconds", 1.9, 2.5),
+        Word("at", 2.5, 2.6), Word("a", 2.6, 2.7), Word("time.", 2.7, 3.0),
+        Word("then", 3.6, 3.8), Word("silence", 3.8, 4.2), Word("here", 4.9, 5.1),
+    ]  # fmt: skip
+    wins = SemanticWindower(WindowConfig(use_topics=False)).cut(words)
+    assert [(w.text, w.reason) for w in wins] == [
+        ("sound in small blocks, twenty milliseconds at a time.", "sentence"),
+        ("then silence", "pause"),  # no punctuation: the pause still cuts
+        ("here", "end"),
+    ]
 
 
 def test_split_ready_holds_an_unfinished_sentence() -> None:

