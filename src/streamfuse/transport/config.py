@@ -127,6 +127,13 @@ class TransportConfig(BaseModel):
         "article: RTT > 200 ms or loss > 5% -> keep 30% else 70%; fixed: `fixed_keep`.",
     )
     fixed_keep: float = Field(0.7, gt=0.0, le=1.0, description="Keep ratio of `fixed`.")
+    refine: bool = Field(
+        True,
+        description="After a key frame the deadline policy sent coarser, send the same frame "
+        "at its finest coding in parts that each fit the deadline budget, once the cloud has "
+        "the coarse one and until a newer key frame comes (`transport.refine`); the cloud "
+        "reads it again. Off: the coarse frame stays what the cloud reads.",
+    )
     min_keep: float = Field(
         0.05, gt=0.0, le=1.0, description="The deadline policy never keeps less than this."
     )

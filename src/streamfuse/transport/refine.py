@@ -1,0 +1,125 @@
+"""Refinement of a key frame the keep policy had to send coarser: the finest coding after it.
+
+On a slow link the deadline policy sends a key frame that does not fit its budget coarser
+(smaller, fewer grey levels) so that it arrives in time. Text sent too small reads worse, and
+the link is idle again once that message is through. `Refiner` then sends the same frame at its
+finest coding, in parts that each fit the deadline budget: part j holds the text patches of the
+j-th horizontal band of the frame, and copies every other patch from the cloud's copy of the
+frame (the coarse message, then the parts before it). Each part waits until the cloud
+acknowledged the one before (so the cloud holds what it copies from); a new key frame stops the
+refinement (the new picture goes first); a part lost past its deadline ends it. The cloud needs
+nothing new: a part is a key-frame message of the same frame, which its OCR reads again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+
+from streamfuse.transport.config import TransportConfig
+from streamfuse.transport.patches import PatchMessage, Reference, decode_patches, encode_patches
+from streamfuse.transport.udp import LinkEstimate
+from streamfuse.vision.frames import BBox, KeyFrame
+
+
+class _Sender(Protocol):
+    def estimate(self) -> LinkEstimate: ...
+
+    async def wait_acked(self, seq: int, timeout_s: float) -> bool: ...
+
+
+#: `send(key, message, rebuilt_grey) -> sequence`: send one part (the caller books it).
+SendPart = Callable[[KeyFrame, PatchMessage, np.ndarray], int]
+#: Budget in bytes of one message on the link now (None: no limit known).
+Budget = Callable[[LinkEstimate], float | None]
+
+#: A part's bytes vary with where the text lies; parts are sized for this much more than the
+#: budget divided evenly.
+_PART_MARGIN = 1.25
+
+
+class Refiner:
+    """Sends the finest coding of the last key frame sent coarser, band by band (see the
+    module docstring). `start` after sending a coarse key frame; `stop` before sending a new
+    one; `wait` at the end of the stream."""
+
+    def __init__(
+        self,
+        sender: _Sender,
+        config: TransportConfig,
+        budget: Budget,
+        send: SendPart,
+        *,
+        max_parts: int = 6,
+    ) -> None:
+        self.sender = sender
+        self.config = config
+        self.budget = budget
+        self.send = send
+        self.max_parts = max_parts
+        self.parts_sent = 0
+        self.frames_refined = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self, key: KeyFrame, boxes: list[BBox], seq: int, rebuilt: np.ndarray) -> None:
+        """Refine `key` (sent coarser as message `seq`, which the cloud rebuilds as
+        `rebuilt`, grey) once the cloud has it."""
+        self.stop()
+        self._task = asyncio.create_task(self._run(key, boxes, seq, Reference(key.index, rebuilt)))
+
+    def stop(self) -> None:
+        """Send no more parts of the frame being refined."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        self._task = None
+
+    async def wait(self, timeout_s: float) -> None:
+        """Let the refinement under way finish (at most `timeout_s`, then stop it)."""
+        task = self._task
+        if task is None:
+            return
+        with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(task), timeout_s)
+        self.stop()
+
+    async def _run(self, key: KeyFrame, boxes: list[BBox], seq: int, ref: Reference) -> None:
+        config = self.config
+        full = await asyncio.to_thread(encode_patches, key, boxes, 1.0, config)
+        parts = 0
+        for j in range(self.max_parts):
+            # The cloud must hold what the part copies from; a part lost ends it.
+            if not await self.sender.wait_acked(seq, config.deadline_s + 1.0):
+                return
+            if not parts:
+                budget = self.budget(self.sender.estimate())
+                share = 0.0 if not budget else _PART_MARGIN * len(full.payload) / budget
+                parts = max(1, math.ceil(share))
+                if parts > self.max_parts:
+                    return  # the link is too slow to refine this frame before the next
+            band = (j / parts, (j + 1) / parts)
+            message = await asyncio.to_thread(
+                encode_patches, key, boxes, 1.0, config, ref, 1.0, None, band
+            )
+            rebuilt = await asyncio.to_thread(
+                decode_patches,
+                message.payload,
+                message.shape,
+                stream_id=key.stream_id,
+                arrival_wall=0.0,
+                references={ref.index: ref.grey},
+            )
+            grey = rebuilt.image[..., 0]
+            seq = self.send(key, message, grey)
+            self.parts_sent += 1
+            ref = Reference(key.index, grey)
+            if j + 1 == parts:
+                self.frames_refined += 1
+                return
+
+
+__all__ = ["Refiner"]
