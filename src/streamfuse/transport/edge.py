@@ -429,6 +429,8 @@ async def run_edge(
             report.proxy = proxy.stats.as_dict()
         return report
     finally:
+        if edge.refiner is not None:
+            edge.refiner.stop()
         await sender.close()
         await source.close()
         if proxy is not None:
