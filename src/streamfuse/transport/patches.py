@@ -316,10 +316,10 @@ def encode_patches(
         before = (np.cumsum(per_row) - per_row) / max(1, int(per_row.sum()))
         inside = np.flatnonzero((before >= band[0]) & ((before < band[1]) | (band[1] >= 1.0)))
         band_rows = (int(inside[0]), int(inside[-1]) + 1) if inside.size else (0, 0)
-        cells = np.zeros((rows, cols), dtype=bool)
-        cells[band_rows[0] : band_rows[1]] = True
-        reuse = keep & ~cells.ravel()
-        keep &= cells.ravel()
+        in_band = np.zeros((rows, cols), dtype=bool)
+        in_band[band_rows[0] : band_rows[1]] = True
+        reuse = keep & ~in_band.ravel()
+        keep &= in_band.ravel()
         k = int(keep.sum())
     elif shifted is not None and k:
         ref_pad = np.full((rows * p, cols * p), background, dtype=np.uint8)
