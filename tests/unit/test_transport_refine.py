@@ -181,7 +181,10 @@ def test_the_refiner_sends_parts_within_the_budget_until_the_cloud_holds_the_fin
     r = asyncio.run(_refine(budget))
     parts, refiner = r["parts"], r["refiner"]
     assert isinstance(parts, list) and isinstance(refiner, Refiner)
-    assert len(parts) == math.ceil(1.25 * 2.2) == refiner.parts_sent and refiner.frames_refined == 1
+    assert (
+        len(parts) == math.ceil(1.25 * 2.2 / 0.6) == refiner.parts_sent
+        and refiner.frames_refined == 1
+    )
     assert all(len(p.payload) <= budget for p in parts)
     rebuilt = r["rebuilt"]
     assert isinstance(rebuilt, list) and len(rebuilt) == 1 + len(parts)
@@ -196,7 +199,7 @@ def test_the_refiner_stops_for_a_new_key_frame_and_skips_a_link_too_slow_for_it(
     stopped = asyncio.run(_refine(1e9, stop_after_start=True))
     assert stopped["parts"] == []
     finest_bytes = len(encode_patches(*_filmed_page(), 1.0, CONFIG).payload)
-    slow = asyncio.run(_refine(finest_bytes / 10))  # > max_parts parts: not worth it
+    slow = asyncio.run(_refine(finest_bytes / 10))  # > 10 parts: not worth it
     assert slow["parts"] == []
     # No budget known: the finest coding in one part.
     whole = asyncio.run(_refine(None))

@@ -3,18 +3,22 @@
 On a slow link the deadline policy sends a key frame that does not fit its budget coarser
 (smaller, fewer grey levels) so that it arrives in time. Text sent too small reads worse, and
 the link is idle again once that message is through. `Refiner` then sends the same frame at its
-finest coding, in parts that each fit the deadline budget: part j holds the text patches of the
-j-th horizontal band of the frame, and copies every other patch from the cloud's copy of the
-frame (the coarse message, then the parts before it). Each part waits until the cloud
-acknowledged the one before (so the cloud holds what it copies from); a new key frame stops the
-refinement (the new picture goes first); a part lost past its deadline ends it. The cloud needs
-nothing new: a part is a key-frame message of the same frame, which its OCR reads again.
+finest coding, in parts of at most `PART_SHARE` of the deadline budget: part j holds the text
+patches of the j-th horizontal band of the frame, and copies every other patch from the cloud's
+copy of the frame (the coarse message, then the parts before it; delivery in sequence order
+makes the cloud hold it when the part arrives). At most two parts are in flight: part j waits
+for the acknowledgement of part j - 2 (the coarse message for part 1), so the link stays busy
+without a queue that a new key frame would wait behind. A new key frame stops the refinement
+(the new picture goes first, behind at most the parts in flight); a message lost past its
+deadline ends it. The cloud needs nothing new: a part is a key-frame message of the same frame,
+which its OCR reads again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Protocol
@@ -30,6 +34,8 @@ from streamfuse.vision.frames import BBox, KeyFrame
 class _Sender(Protocol):
     def estimate(self) -> LinkEstimate: ...
 
+    def lost(self, seq: int) -> bool: ...
+
     async def wait_acked(self, seq: int, timeout_s: float) -> bool: ...
 
 
@@ -41,6 +47,9 @@ Budget = Callable[[LinkEstimate], float | None]
 #: A part's bytes vary with where the text lies; parts are sized for this much more than the
 #: budget divided evenly.
 _PART_MARGIN = 1.25
+#: A part takes at most this share of the deadline budget (two are in flight: a key frame
+#: sent meanwhile finds at most ~1.2 budgets queued ahead, ~0.6 on average).
+PART_SHARE = 0.6
 
 
 class Refiner:
@@ -55,7 +64,7 @@ class Refiner:
         budget: Budget,
         send: SendPart,
         *,
-        max_parts: int = 6,
+        max_parts: int = 10,
     ) -> None:
         self.sender = sender
         self.config = config
@@ -91,14 +100,22 @@ class Refiner:
         config = self.config
         full = await asyncio.to_thread(encode_patches, key, boxes, 1.0, config)
         parts = 0
+        sent = [seq]  # the coarse message, then each part
         for j in range(self.max_parts):
-            # The cloud must hold what the part copies from; a part lost ends it.
-            if not await self.sender.wait_acked(seq, config.deadline_s + 1.0):
+            # Two in flight at most; a message lost ends it (the next part could not be
+            # rebuilt: the cloud would not hold what it copies from).
+            if any(self.sender.lost(q) for q in sent[-2:]):
+                return
+            if len(sent) >= 2 and not await self.sender.wait_acked(
+                sent[-2], config.deadline_s + 1.0
+            ):
                 return
             if not parts:
-                budget = self.budget(self.sender.estimate())
-                share = 0.0 if not budget else _PART_MARGIN * len(full.payload) / budget
-                parts = max(1, math.ceil(share))
+                # The budget of an idle link: the coarse message is still on its way.
+                idle = dataclasses.replace(self.sender.estimate(), queued_bytes=0)
+                budget = self.budget(idle)
+                share = 0.0 if not budget else len(full.payload) / (PART_SHARE * budget)
+                parts = max(1, math.ceil(_PART_MARGIN * share))
                 if parts > self.max_parts:
                     return  # the link is too slow to refine this frame before the next
             band = (j / parts, (j + 1) / parts)
@@ -114,7 +131,7 @@ class Refiner:
                 references={ref.index: ref.grey},
             )
             grey = rebuilt.image[..., 0]
-            seq = self.send(key, message, grey)
+            sent.append(self.send(key, message, grey))
             self.parts_sent += 1
             ref = Reference(key.index, grey)
             if j + 1 == parts:
