@@ -19,8 +19,9 @@ from streamfuse.transport.patches import (
     decode_patches,
     encode_patches,
 )
+from streamfuse.transport.policy import DeadlineKeepPolicy
 from streamfuse.transport.refine import Refiner
-from streamfuse.transport.udp import UdpReceiver, UdpSender
+from streamfuse.transport.udp import LinkEstimate, RttEstimator, UdpReceiver, UdpSender
 from streamfuse.transport.wire import Kind, Modality, Packet, WireError
 from streamfuse.vision.frames import KeyFrame
 
@@ -205,3 +206,22 @@ def test_the_refiner_stops_for_a_new_key_frame_and_skips_a_link_too_slow_for_it(
     whole = asyncio.run(_refine(None))
     parts = whole["parts"]
     assert isinstance(parts, list) and len(parts) == 1
+
+
+def test_the_deadline_budget_counts_our_own_queue_once_on_the_paths_own_delay() -> None:
+    # Refinement parts keep the link busy: RTT samples then carry the queue they wait in, and
+    # the smoothed RTT remembers it after it drained. The budget takes the path's delay (the
+    # smallest recent sample) and the bytes queued now.
+    rtt = RttEstimator()
+    for sample in (0.08, 0.3, 0.5, 0.45):
+        rtt.sample(sample)
+    assert rtt.min_rtt_s == 0.08 and rtt.srtt_s is not None and rtt.srtt_s > 0.15
+    policy = DeadlineKeepPolicy(1.5, 0.05, headroom=1.0)
+    busy = LinkEstimate(rtt.srtt_s, rtt.rto_s, 0.0, 200_000, 0, rtt.min_rtt_s)
+    assert policy.budget_bytes(busy) == pytest.approx(25_000 * (1.5 - 0.08))
+    queued = dataclasses.replace(busy, queued_bytes=10_000)  # 0.4 s of the link
+    assert policy.budget_bytes(queued) == pytest.approx(25_000 * (1.5 - 0.08 - 0.4))
+    # Repairing loss takes full (smoothed) round trips.
+    lossy = dataclasses.replace(busy, loss=0.05)
+    expected = 25_000 * (1.5 - 0.08 - 2 * rtt.srtt_s) * 0.95
+    assert policy.budget_bytes(lossy) == pytest.approx(expected)

@@ -97,10 +97,14 @@ class DeadlineKeepPolicy(KeepPolicy):
         if link.bandwidth_bps is None:
             return None
         rtt = link.srtt_s or 0.0
-        # One round trip to deliver, two more to repair what the loss takes (NACK + resend).
-        rounds = 1.0 + (2.0 if link.loss > 0 else 0.0)
+        # One trip to deliver, on the path's own delay (the smallest recent RTT: the queue
+        # our messages build is `queued_bytes`, counted next, and the smoothed RTT would count
+        # it again, long after it drained), two smoothed round trips more to repair what the
+        # loss takes (NACK + resend).
+        path = rtt if link.min_rtt_s is None else min(rtt, link.min_rtt_s)
+        repair = 2.0 * rtt if link.loss > 0 else 0.0
         queued_s = 8.0 * link.queued_bytes / link.bandwidth_bps
-        time_s = max(0.0, self.deadline_s - rounds * rtt - queued_s)
+        time_s = max(0.0, self.deadline_s - path - repair - queued_s)
         return self.headroom * link.bandwidth_bps / 8.0 * time_s * (1.0 - min(0.9, link.loss))
 
     def keep(self, link: LinkEstimate, full_bytes: int, full_keep: float) -> float:
