@@ -6,9 +6,10 @@ the link is idle again once that message is through. `Refiner` then sends the sa
 finest coding, in parts of at most `PART_SHARE` of the deadline budget: part j holds the text
 patches of the j-th horizontal band of the frame, and copies every other patch from the cloud's
 copy of the frame (the coarse message, then the parts before it; delivery in sequence order
-makes the cloud hold it when the part arrives). At most two parts are in flight: part j waits
-for the acknowledgement of part j - 2 (the coarse message for part 1), so the link stays busy
-without a queue that a new key frame would wait behind. A new key frame stops the refinement
+makes the cloud hold it when the part arrives). A part is sent when it fits the deadline
+budget left behind what is queued (else once the message before it is acknowledged), and at
+most two are in flight (part j waits for the acknowledgement of part j - 2), so the link stays
+busy without a queue that a new key frame would wait behind. A new key frame stops the refinement
 (the new picture goes first, behind at most the parts in flight); a message lost past its
 deadline ends it. The cloud needs nothing new: a part is a key-frame message of the same frame,
 which its OCR reads again.
@@ -131,6 +132,12 @@ class Refiner:
                 references={ref.index: ref.grey},
             )
             grey = rebuilt.image[..., 0]
+            # Each part within its own deadline: while it does not fit the budget left behind
+            # what is queued (the coarse message, the part before), wait for that to land.
+            budget = self.budget(self.sender.estimate())
+            late = budget is not None and len(message.payload) > budget
+            if late and not await self.sender.wait_acked(sent[-1], config.deadline_s + 1.0):
+                return
             sent.append(self.send(key, message, grey))
             self.parts_sent += 1
             ref = Reference(key.index, grey)
