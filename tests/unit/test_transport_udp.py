@@ -15,7 +15,12 @@ from streamfuse.clock import now_wall
 from streamfuse.testing.netfault import FaultConfig, FaultProxy
 from streamfuse.transport.config import TransportConfig
 from streamfuse.transport.patches import PatchMessage
-from streamfuse.transport.policy import ArticleKeepPolicy, DeadlineKeepPolicy, FixedKeepPolicy
+from streamfuse.transport.policy import (
+    ArticleKeepPolicy,
+    DeadlineKeepPolicy,
+    FixedKeepPolicy,
+    Step,
+)
 from streamfuse.transport.udp import LinkEstimate, RttEstimator, UdpReceiver, UdpSender
 from streamfuse.transport.wire import Kind, Modality, Packet, encode
 
@@ -194,7 +199,8 @@ class _Coder:
         self.full_bytes, self.full_keep = full_bytes, full_keep
         self.calls: list[tuple[float, float]] = []
 
-    def __call__(self, keep: float, factor: float) -> PatchMessage:
+    def __call__(self, keep: float, step: Step) -> PatchMessage:
+        factor = step[0]
         self.calls.append((keep, factor))
         share = min(1.0, keep / self.full_keep)
         size = round(self.full_bytes * factor**2 * share)
@@ -202,7 +208,9 @@ class _Coder:
 
 
 def test_the_deadline_policy_sends_coarser_before_it_cuts_text_and_counts_the_queue() -> None:
-    policy = DeadlineKeepPolicy(deadline_s=1.5, min_keep=0.05, headroom=1.0)
+    policy = DeadlineKeepPolicy(
+        deadline_s=1.5, min_keep=0.05, headroom=1.0, ladder=((0.8, None), (0.65, None))
+    )
     fast = LinkEstimate(srtt_s=0.1, rto_s=0.3, loss=0.0, bandwidth_bps=5e6)
     assert len(policy.fit(fast, _Coder(30_000)).payload) == 30_000  # fits: as it is
     unknown = LinkEstimate(srtt_s=None, rto_s=1.0, loss=0.0, bandwidth_bps=None)

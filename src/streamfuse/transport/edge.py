@@ -14,9 +14,11 @@ import asyncio
 import json
 import logging
 from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import numpy as np
 from opentelemetry import trace
 from opentelemetry.propagate import inject
 
@@ -36,7 +38,8 @@ from streamfuse.transport.patches import (
     decode_patches,
     encode_patches,
 )
-from streamfuse.transport.policy import make_keep_policy
+from streamfuse.transport.policy import DeadlineKeepPolicy, Step, make_keep_policy
+from streamfuse.transport.refine import Refiner
 from streamfuse.transport.speech import SpeechChunk, SpeechEncoder
 from streamfuse.transport.tcp import TcpSender, open_link
 from streamfuse.transport.udp import UdpSender
@@ -70,6 +73,10 @@ class EdgeReport:
     reused_patches: int = 0
     #: Scale each key frame was sent at (1.0: full size; see `TransportConfig.text_px`).
     scales: list[float] = field(default_factory=list)
+    #: Key frames sent coarser and then refined in full (`TransportConfig.refine`), and the
+    #: messages (parts) that took.
+    refined_key_frames: int = 0
+    refine_parts: int = 0
     #: The edge's `link` events (the same records it relays to the cloud), oldest first.
     link_events: list[dict[str, Any]] = field(default_factory=list)
     #: Per message sent: (sequence, modality, edge wall time it was sent).
@@ -82,6 +89,22 @@ class EdgeReport:
         d = asdict(self)
         d.pop("sent")
         return d
+
+
+def held_reference(
+    sent: Iterable[tuple[int, Reference]], acked: Callable[[int], bool]
+) -> Reference | None:
+    """Of the key frames sent (sequence, what the cloud rebuilds), oldest first: the newest
+    the cloud acknowledged. The cloud holds the last message of each key frame (a refinement's
+    last part): a frame whose last message is not acknowledged yet is skipped."""
+    seen: set[int] = set()
+    for seq, reference in reversed(list(sent)):
+        if reference.index in seen:
+            continue
+        seen.add(reference.index)
+        if acked(seq):
+            return reference
+    return None
 
 
 def open_body(info: dict[str, Any]) -> bytes:
@@ -139,6 +162,12 @@ class Edge:
         self._probe: int | None = None
         #: (sequence, rebuilt key frame) of the last key frames sent: the cloud holds as many.
         self._sent_refs: deque[tuple[int, Reference]] = deque(maxlen=REFERENCES_HELD)
+        policy = self.policy
+        self.refiner = (
+            Refiner(sender, config, policy.budget_bytes, self._send_part)
+            if config.refine and isinstance(policy, DeadlineKeepPolicy)
+            else None
+        )
 
     async def open(self, info: dict[str, Any], timeout_s: float = 10.0) -> None:
         """Open the stream on the cloud (`info`: stream id, tracks, size) over this sender."""
@@ -155,11 +184,7 @@ class Edge:
         self._probe = self.sender.probe()
 
     def _reference(self) -> Reference | None:
-        """The newest key frame the cloud acknowledged among the last it holds."""
-        for seq, reference in reversed(self._sent_refs):
-            if self.sender.acked(seq):
-                return reference
-        return None
+        return held_reference(self._sent_refs, self.sender.acked)
 
     async def video(self, frame: VideoFrame) -> None:
         decision = self.tracker.update(frame)
@@ -185,6 +210,8 @@ class Edge:
 
     async def key_frame(self, key: KeyFrame) -> int:
         """Code and send `key` (sized by the keep policy); returns its sequence number."""
+        if self.refiner is not None:
+            self.refiner.stop()  # the new picture goes first
         with _tracer.start_as_current_span("edge.key_frame", attributes={"t_media": key.t_media}):
             boxes = await asyncio.to_thread(self.detector, key.image)
             if self._probe is not None:  # size the first key frame from a measured link
@@ -192,23 +219,13 @@ class Edge:
                 self._probe = None
             reference = self._reference()
 
-            def encode(keep: float, factor: float) -> PatchMessage:
-                return encode_patches(key, boxes, keep, self.config, reference, factor)
+            def encode(keep: float, step: Step) -> PatchMessage:
+                factor, levels = step
+                return encode_patches(key, boxes, keep, self.config, reference, factor, levels)
 
             link = self.sender.estimate()
             message = await asyncio.to_thread(self.policy.fit, link, encode)
-            rows, cols, _ = message.shape
-            seq = self.sender.send(
-                Packet(
-                    media_time_us=round(key.t_media * 1e6),
-                    modality=Modality.VIDEO_PATCHES,
-                    shape=message.shape,
-                    keep_ratio=min(1.0, message.keep_ratio),
-                    mask_bits=rows * cols,
-                    traceparent=_traceparent(),
-                ),
-                message.payload,
-            )
+            seq = self._send_patches(key, message)
         # What the cloud will rebuild, for later key frames to copy unchanged patches from.
         held = None if reference is None else {reference.index: reference.grey}
         rebuilt = await asyncio.to_thread(
@@ -219,7 +236,10 @@ class Edge:
             arrival_wall=0.0,
             references=held,
         )
-        self._sent_refs.append((seq, Reference(key.index, rebuilt.image[..., 0])))
+        grey = rebuilt.image[..., 0]
+        self._sent_refs.append((seq, Reference(key.index, grey)))
+        if self.refiner is not None and not message.complete:
+            self.refiner.start(key, boxes, seq, grey)
         self.report.key_frames += 1
         self.report.reused_patches += message.reused
         self.report.video_bytes += len(message.payload)
@@ -227,6 +247,29 @@ class Edge:
         self.report.scales.append(round(message.scale, 4))
         self._last_keep, self._last_scale = min(1.0, message.keep_ratio), message.scale
         self._tick(key.t_media)
+        self.report.sent.append((seq, "video", self.sender.send_wall[seq]))
+        return seq
+
+    def _send_patches(self, key: KeyFrame, message: PatchMessage) -> int:
+        rows, cols, _ = message.shape
+        return self.sender.send(
+            Packet(
+                media_time_us=round(key.t_media * 1e6),
+                modality=Modality.VIDEO_PATCHES,
+                shape=message.shape,
+                keep_ratio=min(1.0, message.keep_ratio),
+                mask_bits=rows * cols,
+                traceparent=_traceparent(),
+            ),
+            message.payload,
+        )
+
+    def _send_part(self, key: KeyFrame, message: PatchMessage, rebuilt: np.ndarray) -> int:
+        """Send one part of a refinement (`Refiner`); the cloud then holds `rebuilt`."""
+        seq = self._send_patches(key, message)
+        self._sent_refs.append((seq, Reference(key.index, rebuilt)))
+        self.report.refine_parts += 1
+        self.report.video_bytes += len(message.payload)
         self.report.sent.append((seq, "video", self.sender.send_wall[seq]))
         return seq
 
@@ -302,6 +345,10 @@ class Edge:
             await self._candidate(make_key_frame(frame, decision))
         for chunk in self.speech.flush():
             self._send_speech(chunk)
+        if self.refiner is not None:
+            # The last key frame's refinement, if any, before the end.
+            await self.refiner.wait(self.refiner.max_parts * (self.config.deadline_s + 1.0))
+            self.report.refined_key_frames = self.refiner.frames_refined
         self.report_link(final=True)
         # Everything, the last report too, delivered (or past its deadline) before the end:
         # the sender's socket closes after it and could not repair a loss any more.
@@ -382,10 +429,12 @@ async def run_edge(
             report.proxy = proxy.stats.as_dict()
         return report
     finally:
+        if edge.refiner is not None:
+            edge.refiner.stop()
         await sender.close()
         await source.close()
         if proxy is not None:
             await proxy.close()
 
 
-__all__ = ["Edge", "EdgeReport", "run_edge"]
+__all__ = ["Edge", "EdgeReport", "held_reference", "run_edge"]

@@ -44,6 +44,10 @@ class PatchMessage:
     scale: float = 1.0
     #: Patches not sent: the cloud copies them from the reference key frame.
     reused: int = 0
+    #: Grey levels each sent patch was quantized to.
+    levels: int = 0
+    #: The frame's finest coding with every text patch (not sent coarser, nothing cut).
+    complete: bool = True
 
 
 def importance(
@@ -243,17 +247,25 @@ def encode_patches(
     config: TransportConfig,
     reference: Reference | None = None,
     scale_factor: float = 1.0,
+    noisy_levels: int | None = None,
+    band: tuple[float, float] | None = None,
 ) -> PatchMessage:
     """`reference`: a key frame the cloud holds; patches that match it (after the camera's
     global shift) are not sent but copied from it there. `scale_factor`: the frame goes this
-    much smaller than `text_scale` says (the keep policy's coarser steps). A noisy frame sent
-    coarser drops to `grey_levels` and the clean frames' `text_px` first: at equal bytes, the
-    larger picture reads better than more grey levels (docs/edge-cloud.md)."""
+    much smaller than `text_scale` says (the keep policy's coarser steps). `noisy_levels`: a
+    noisy frame keeps its own coding (`noisy_text_px`), `scale_factor` smaller, at this many
+    grey levels (clean frames keep `grey_levels`); None: a noisy frame sent coarser drops to
+    `grey_levels` and the clean frames' `text_px` (the keep policy's steps before the
+    measured ladder, docs/edge-cloud.md). `band` (from, to), shares of the frame's text
+    patches counted from the top: only the rows of patches holding that share of the text
+    are sent; the cloud keeps its copy of this same frame (`reference`, full size, no shift)
+    everywhere else, pixel for pixel: one part of a refinement (`transport.refine`)."""
     p = config.patch_px
     w, h = frame.size
     grey = cv2.cvtColor(frame.image, cv2.COLOR_RGB2GRAY)
     noisy = noise_sigma(grey) >= config.denoise_min_sigma
-    fine = noisy and scale_factor >= 1.0  # the noisy coding: more grey levels, smaller
+    # The noisy coding: more grey levels, smaller.
+    fine = noisy and (scale_factor >= 1.0 or noisy_levels is not None)
     scale = max(config.min_scale, text_scale(text_boxes, config, noisy=fine) * scale_factor)
     sw, sh = max(1, round(w * scale)), max(1, round(h * scale))
     if config.denoise_px > 1 and config.noisy_grey_levels < 256 and noisy:
@@ -261,7 +273,11 @@ def encode_patches(
         grey = cv2.GaussianBlur(grey, (k_px, k_px), 0)
     shifted: np.ndarray | None = None
     shift = (0.0, 0.0)
-    if reference is not None and config.reuse_max_diff > 0 and reference.grey.shape == (h, w):
+    if band is not None:
+        if reference is None or reference.grey.shape != (h, w):
+            raise ValueError("a band of a key frame is sent over the cloud's copy of it")
+        shifted = _shifted(reference.grey, shift, (sw, sh))
+    elif reference is not None and config.reuse_max_diff > 0 and reference.grey.shape == (h, w):
         found = global_shift(grey, reference.grey)
         if found is not None:
             shift = found
@@ -290,8 +306,22 @@ def encode_patches(
     padded = np.full((rows * p, cols * p), background, dtype=np.uint8)
     padded[:sh, :sw] = grey
     tiles = padded.reshape(rows, p, cols, p).transpose(0, 2, 1, 3).reshape(rows * cols, p, p)
+    complete = k == candidates and scale_factor >= 1.0 and noisy_levels is None
     reuse = np.zeros(flat.size, dtype=bool)
-    if shifted is not None and k:
+    band_rows: tuple[int, int] | None = None
+    if band is not None:
+        # The rows of patches whose text (counted before them) falls in the band; the rest
+        # is the cloud's copy.
+        per_row = keep.reshape(rows, cols).sum(axis=1)
+        before = (np.cumsum(per_row) - per_row) / max(1, int(per_row.sum()))
+        inside = np.flatnonzero((before >= band[0]) & ((before < band[1]) | (band[1] >= 1.0)))
+        band_rows = (int(inside[0]), int(inside[-1]) + 1) if inside.size else (0, 0)
+        in_band = np.zeros((rows, cols), dtype=bool)
+        in_band[band_rows[0] : band_rows[1]] = True
+        reuse = keep & ~in_band.ravel()
+        keep &= in_band.ravel()
+        k = int(keep.sum())
+    elif shifted is not None and k:
         ref_pad = np.full((rows * p, cols * p), background, dtype=np.uint8)
         ref_pad[:sh, :sw] = shifted
         ref_tiles = ref_pad.reshape(rows, p, cols, p).transpose(0, 2, 1, 3).reshape(-1, p, p)
@@ -303,7 +333,9 @@ def encode_patches(
     kept = tiles[keep]
     lo = kept.min(axis=(1, 2)) if k else np.zeros(0, dtype=np.uint8)
     hi = kept.max(axis=(1, 2)) if k else np.zeros(0, dtype=np.uint8)
-    levels = config.noisy_grey_levels if fine else config.grey_levels
+    levels = config.grey_levels
+    if fine:
+        levels = config.noisy_grey_levels if noisy_levels is None else noisy_levels
     codec = config.patch_codec
     if codec == "packed" and levels > 16:
         codec = "png"  # nothing to pack: 8-bit pixels
@@ -353,6 +385,8 @@ def encode_patches(
         assert reference is not None
         meta["ref"] = reference.index
         meta["shift"] = [round(shift[0], 2), round(shift[1], 2)]
+        if band_rows is not None:
+            meta["band"] = list(band_rows)
     meta_b = json.dumps(meta, separators=(",", ":")).encode()
     mask = rle_encode(keep)
     reused = rle_encode(reuse) if reuse.any() else b""
@@ -371,7 +405,15 @@ def encode_patches(
     )
     payload = lzma.compress(body, format=lzma.FORMAT_RAW, filters=_LZMA_FILTERS)
     return PatchMessage(
-        payload, (rows, cols, p), k / flat.size, k, candidates, scale, int(reuse.sum())
+        payload,
+        (rows, cols, p),
+        k / flat.size,
+        k,
+        candidates,
+        scale,
+        int(reuse.sum()),
+        levels,
+        complete,
     )
 
 
@@ -461,6 +503,7 @@ def decode_patches(
         shift = None
         if ref_index is not None:
             shift = (float(meta["shift"][0]), float(meta["shift"][1]))
+        band = None if meta.get("band") is None else (int(meta["band"][0]), int(meta["band"][1]))
         lo = np.frombuffer(body[start : start + k], dtype=np.uint8)
         hi = np.frombuffer(body[start + k : start + 2 * k], dtype=np.uint8)
         if len(hi) != k:
@@ -480,7 +523,10 @@ def decode_patches(
         raise WireError(f"patch message with {levels} grey levels")
     if (keep & reuse).any() or (reuse.any() and ref_index is None):
         raise WireError("patch message: sent and reused patches overlap, or no reference")
+    if band is not None and not 0 <= band[0] <= band[1] <= rows:
+        raise WireError(f"patch message band {band} outside its {rows} rows")
     canvas = np.full((rows * cols, p, p), bg, dtype=np.uint8)
+    held: np.ndarray | None = None
     if reuse.any():
         held = None if references is None or ref_index is None else references.get(ref_index)
         if held is None or held.shape != (h, w):
@@ -516,6 +562,13 @@ def decode_patches(
     if (sw, sh) != (w, h):
         # Cubic: smooth strokes for the recognizer, not the blocks of a nearest-neighbour zoom.
         grey = cv2.resize(grey, (w, h), interpolation=cv2.INTER_CUBIC)
+    if band is not None and reuse.any():
+        # A part of a refinement: outside its rows, the held copy pixel for pixel.
+        assert held is not None
+        y0, y1 = (min(h, round(r * p * h / sh)) for r in band)
+        whole = held.copy()
+        whole[y0:y1] = grey[y0:y1]
+        grey = whole
     rgb = np.ascontiguousarray(np.repeat(grey[:, :, None], 3, axis=2))
     content = meta.get("content_bbox")
     try:

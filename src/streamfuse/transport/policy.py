@@ -17,9 +17,22 @@ from streamfuse.transport.config import TransportConfig
 from streamfuse.transport.patches import PatchMessage
 from streamfuse.transport.udp import LinkEstimate
 
-#: `encode(keep_ratio, scale_factor)`: the key frame's patch message, `scale_factor` times
-#: smaller than the config's `text_px` makes it.
-Encoder = Callable[[float, float], PatchMessage]
+#: A coding step: (scale factor, grey levels of a noisy frame). The frame is sent `factor`
+#: times smaller than its configured coding (`text_px`, or `noisy_text_px` for a camera's
+#: noisy frame); `levels` None: a noisy frame drops to the clean frames' coding
+#: (`text_px` x factor, `grey_levels`), as the policy did before its ladder was measured.
+Step = tuple[float, int | None]
+#: The configured coding (`encode_patches` with no coarser step).
+FINEST: Step = (1.0, None)
+#: `encode(keep_ratio, step)`: the key frame's patch message at that coding step.
+Encoder = Callable[[float, Step], PatchMessage]
+#: The deadline policy's first steps: 0.8 x and 0.65 x the clean frames' text size at 2 grey
+#: levels for every frame (a noisy one too).
+LEGACY_LADDER: tuple[Step, ...] = ((0.8, None), (0.65, None))
+#: The deadline policy's coarser steps, finest first. Still `LEGACY_LADDER`: the study that
+#: would choose steps such as (0.8, 3) from measured bytes and CER
+#: (benchmarks/cap_coding.py) did not finish on the shared machine (docs/edge-cloud.md).
+LADDER: tuple[Step, ...] = LEGACY_LADDER
 
 
 class KeepPolicy(ABC):
@@ -31,9 +44,9 @@ class KeepPolicy(ABC):
 
     def fit(self, link: LinkEstimate, encode: Encoder) -> PatchMessage:
         """The message to send: every text patch, cut to `keep` of the grid."""
-        full = encode(1.0, 1.0)
+        full = encode(1.0, FINEST)
         keep = self.keep(link, len(full.payload), full.keep_ratio)
-        return full if keep >= full.keep_ratio else encode(keep, 1.0)
+        return full if keep >= full.keep_ratio else encode(keep, FINEST)
 
 
 class FixedKeepPolicy(KeepPolicy):
@@ -61,9 +74,9 @@ class DeadlineKeepPolicy(KeepPolicy):
     - the time the bytes already queued ahead take), the expected loss's retransmissions paid
     from it, and `1 - headroom` of it held back for speech and estimation error.
 
-    Over budget, the frame is first sent smaller (each of `coarser` times the size
-    `TransportConfig.text_px` gives; the recognizer loses little on the first step), and only
-    then cut to its most important patches (lost text is lost for good)."""
+    Over budget, the frame is first sent coarser (the first step of `ladder` that fits:
+    smaller, fewer grey levels), and only then cut to its most important patches at the
+    coarsest step (lost text is lost for good)."""
 
     name = "deadline"
 
@@ -73,22 +86,26 @@ class DeadlineKeepPolicy(KeepPolicy):
         min_keep: float,
         headroom: float = 0.7,
         *,
-        coarser: tuple[float, ...] = (0.8, 0.65),
+        ladder: tuple[Step, ...] = LADDER,
     ) -> None:
         self.deadline_s = deadline_s
         self.min_keep = min_keep
         self.headroom = headroom
-        self.coarser = coarser
+        self.ladder = ladder
 
     def budget_bytes(self, link: LinkEstimate) -> float | None:
         """Bytes this message may take (None: nothing measured yet, no limit)."""
         if link.bandwidth_bps is None:
             return None
         rtt = link.srtt_s or 0.0
-        # One round trip to deliver, two more to repair what the loss takes (NACK + resend).
-        rounds = 1.0 + (2.0 if link.loss > 0 else 0.0)
+        # One trip to deliver, on the path's own delay (the smallest recent RTT: the queue
+        # our messages build is `queued_bytes`, counted next, and the smoothed RTT would count
+        # it again, long after it drained), two smoothed round trips more to repair what the
+        # loss takes (NACK + resend).
+        path = rtt if link.min_rtt_s is None else min(rtt, link.min_rtt_s)
+        repair = 2.0 * rtt if link.loss > 0 else 0.0
         queued_s = 8.0 * link.queued_bytes / link.bandwidth_bps
-        time_s = max(0.0, self.deadline_s - rounds * rtt - queued_s)
+        time_s = max(0.0, self.deadline_s - path - repair - queued_s)
         return self.headroom * link.bandwidth_bps / 8.0 * time_s * (1.0 - min(0.9, link.loss))
 
     def keep(self, link: LinkEstimate, full_bytes: int, full_keep: float) -> float:
@@ -99,17 +116,17 @@ class DeadlineKeepPolicy(KeepPolicy):
         return max(self.min_keep, min(full_keep, full_keep * share))
 
     def fit(self, link: LinkEstimate, encode: Encoder) -> PatchMessage:
-        full = encode(1.0, 1.0)
+        full = encode(1.0, FINEST)
         budget = self.budget_bytes(link)
         if budget is None or len(full.payload) <= budget:
             return full
-        smallest, factor = full, 1.0
-        for factor in self.coarser:
-            smallest = encode(1.0, factor)
+        smallest, step = full, FINEST
+        for step in self.ladder:
+            smallest = encode(1.0, step)
             if len(smallest.payload) <= budget:
                 return smallest
         keep = self.keep(link, len(smallest.payload), smallest.keep_ratio)
-        return smallest if keep >= smallest.keep_ratio else encode(keep, factor)
+        return smallest if keep >= smallest.keep_ratio else encode(keep, step)
 
 
 def make_keep_policy(config: TransportConfig) -> KeepPolicy:
@@ -121,10 +138,14 @@ def make_keep_policy(config: TransportConfig) -> KeepPolicy:
 
 
 __all__ = [
+    "FINEST",
+    "LADDER",
+    "LEGACY_LADDER",
     "ArticleKeepPolicy",
     "DeadlineKeepPolicy",
     "Encoder",
     "FixedKeepPolicy",
     "KeepPolicy",
+    "Step",
     "make_keep_policy",
 ]

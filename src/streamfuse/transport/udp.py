@@ -56,15 +56,25 @@ class TransportError(StreamfuseError):
 
 
 class RttEstimator:
-    """RFC 6298 smoothed RTT, variance and retransmission timeout (clock granularity 1 ms)."""
+    """RFC 6298 smoothed RTT, variance and retransmission timeout (clock granularity 1 ms),
+    and the smallest of the last `RECENT` samples (`min_rtt_s`: the path's delay without the
+    queue our own messages build at the bottleneck)."""
+
+    RECENT = 32
 
     def __init__(self, initial_rto_s: float = 1.0, min_rto_s: float = 0.05) -> None:
         self.srtt_s: float | None = None
         self.rttvar_s = 0.0
         self.rto_s = initial_rto_s
         self.min_rto_s = min_rto_s
+        self._recent: deque[float] = deque(maxlen=self.RECENT)
+
+    @property
+    def min_rtt_s(self) -> float | None:
+        return min(self._recent) if self._recent else None
 
     def sample(self, rtt_s: float) -> None:
+        self._recent.append(rtt_s)
         if self.srtt_s is None:
             self.srtt_s, self.rttvar_s = rtt_s, rtt_s / 2
         else:
@@ -87,6 +97,8 @@ class LinkEstimate:
     #: Payload bytes sent and not yet acknowledged (in flight or queued at the bottleneck):
     #: what a new message waits behind.
     queued_bytes: int = 0
+    #: The smallest recent RTT sample: the path without our own queue (None: no sample).
+    min_rtt_s: float | None = None
 
 
 @dataclass
@@ -233,7 +245,14 @@ class _SenderBook:
         """RTT, RTO, loss, bandwidth and the payload bytes still in flight, as the keep policy
         reads them."""
         queued = sum(out.size for out in self._out.values())
-        return LinkEstimate(self.rtt.srtt_s, self.rtt.rto_s, self.loss, self.bandwidth_bps, queued)
+        return LinkEstimate(
+            self.rtt.srtt_s,
+            self.rtt.rto_s,
+            self.loss,
+            self.bandwidth_bps,
+            queued,
+            self.rtt.min_rtt_s,
+        )
 
     def acked(self, seq: int) -> bool:
         """Whether the cloud acknowledged message `seq` (one of the last few hundred)."""
