@@ -977,12 +977,11 @@ def plot(path: Path, title: str, curves: dict[str, tuple[np.ndarray, np.ndarray]
     plt.close(fig)
 
 
-def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
-    from streamfuse.text.calibration import ASR_FEATURES, OCR_FEATURES, fit_joint
+def _calibrate_ocr(o: list[dict[str, Any]], args: argparse.Namespace) -> Any:
+    """`calibrate` for OCR lines (right: read exactly), as `analyse` and --ocr-only fit it."""
+    from streamfuse.text.calibration import OCR_FEATURES
 
-    result: dict[str, Any] = {}
-    o, a = data["ocr"], data["asr"]
-    ocr_cal, result["ocr"], ocr_arr = calibrate(
+    return calibrate(
         "ocr",
         o,
         np.array([s["cer"] <= args.line_cer for s in o]),
@@ -992,6 +991,14 @@ def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
         args.ocr_method,
         args.cv_by,
     )
+
+
+def analyse(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
+    from streamfuse.text.calibration import ASR_FEATURES, fit_joint
+
+    result: dict[str, Any] = {}
+    o, a = data["ocr"], data["asr"]
+    ocr_cal, result["ocr"], ocr_arr = _calibrate_ocr(o, args)
     asr_cal, result["asr"], asr_arr = calibrate(
         "asr",
         a,
@@ -1335,19 +1342,8 @@ def run_fresh(args: argparse.Namespace) -> dict[str, Any]:
 def analyse_ocr(data: dict[str, Any], args: argparse.Namespace) -> dict[str, Any]:
     """--ocr-only: fit and choose the OCR line calibrator on the fit clips (as `analyse`);
     the old held-out figures it prints were seen before and choose nothing."""
-    from streamfuse.text.calibration import OCR_FEATURES
-
     o = data["ocr"]
-    cal, row, _ = calibrate(
-        "ocr",
-        o,
-        np.array([s["cer"] <= args.line_cer for s in o]),
-        OCR_FEATURES,
-        "the OCR line is read exactly (spaces ignored)",
-        args.seed,
-        args.ocr_method,
-        args.cv_by,
-    )
+    cal, row, _ = _calibrate_ocr(o, args)
     if args.write_assets:
         text = json.dumps(cal.model_dump(mode="json"), indent=1) + "\n"
         (ASSET_DIR / "ocr.json").write_text(text)
