@@ -63,7 +63,13 @@ from streamfuse.audio import AsrConfig, AsrStage, Transcriber, WhisperTranscribe
 from streamfuse.audio.policy import LocalAgreement, join_words  # noqa: E402
 from streamfuse.audio.priming import ScreenTerms  # noqa: E402
 from streamfuse.audio.vad import GateEvent, SileroVad, SpeechGate  # noqa: E402
-from streamfuse.events import AsrPayload  # noqa: E402
+from streamfuse.events import (  # noqa: E402
+    AsrPayload,
+    AsrRevisionPayload,
+    EventRecord,
+    join_speech,
+    speech_words,
+)
 from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, AudioFrame, EventFrame, Frame, now_wall  # noqa: E402
 from streamfuse.pipeline import FrameEmitted, Observer, Pipeline, Stage  # noqa: E402
 from streamfuse.sinks import CollectSink  # noqa: E402
@@ -95,13 +101,41 @@ class Clip:
 
 @dataclass
 class Result:
-    text: str = ""
-    latencies_s: list[float] = field(default_factory=list)  # per committed word
+    text: str = ""  # the final transcript (revisions applied)
+    latencies_s: list[float] = field(default_factory=list)  # per final word, to its final form
+    text_first: str = ""  # the words as first committed
+    latencies_first_s: list[float] = field(default_factory=list)  # per word, to its first commit
     event_latencies_s: list[float] = field(default_factory=list)  # per commit event
+    revisions: int = 0
     inference_s: float = 0.0
     audio_s: float = 0.0
     wall_s: float = 0.0
     cpu_s: float = 0.0
+
+    def take(
+        self, speech: list[tuple[EventFrame, float]], arrival: Callable[[float], float]
+    ) -> None:
+        """Texts and word latencies from the `asr` / `asr_revision` frames with their emission
+        times; `arrival(t)` is when the audio holding media time `t` arrived."""
+        records = [
+            EventRecord(type=f.type, stream_id=f.stream_id, t_start=f.t_media, t_end=f.t_end,
+                        latency_ms=0.0, wall_s=now, payload=f.payload)
+            for f, now in speech
+        ]  # fmt: skip
+        first = [
+            (r, w) for r in records if isinstance(r.payload, AsrPayload) for w in r.payload.words
+        ]
+        final = [(r, w) for w, r in speech_words(records)]
+        self.text_first = join_speech(w for _, w in first)
+        self.text = join_speech(w for _, w in final)
+        self.latencies_first_s = [(r.wall_s or 0.0) - arrival(w.t_end) for r, w in first]
+        self.latencies_s = [(r.wall_s or 0.0) - arrival(w.t_end) for r, w in final]
+        self.event_latencies_s = [
+            (r.wall_s or 0.0) - arrival(r.t_end)
+            for r in records
+            if isinstance(r.payload, AsrPayload)
+        ]
+        self.revisions = sum(isinstance(r.payload, AsrRevisionPayload) for r in records)
 
 
 # -- baselines ------------------------------------------------------------------------------
@@ -261,10 +295,10 @@ def make_stage(system: str, clip: Clip, config: AsrConfig, transcriber: Transcri
     return AsrStage(config, transcriber=transcriber, screen_terms=terms, name=system)
 
 
-def _words(frame: Frame) -> list[Any]:
-    if isinstance(frame, EventFrame) and isinstance(frame.payload, AsrPayload):
-        return list(frame.payload.words)
-    return []
+def _is_speech(frame: Frame) -> bool:
+    return isinstance(frame, EventFrame) and isinstance(
+        frame.payload, AsrPayload | AsrRevisionPayload
+    )
 
 
 async def run_realtime(stage: Stage, clip: Clip) -> Result:
@@ -272,7 +306,7 @@ async def run_realtime(stage: Stage, clip: Clip) -> Result:
     sink = CollectSink()
     arrivals_t: list[float] = []
     arrivals_wall: list[float] = []
-    result = Result()
+    speech: list[tuple[EventFrame, float]] = []
 
     class Times(Observer):
         def on_frame(self, event: FrameEmitted) -> None:
@@ -280,9 +314,12 @@ async def run_realtime(stage: Stage, clip: Clip) -> Result:
             if event.producer is source and isinstance(frame, AudioFrame):
                 arrivals_t.append(frame.t_end)
                 arrivals_wall.append(event.wall)
-            for w in _words(frame) if event.producer is stage else []:
-                i = min(bisect.bisect_left(arrivals_t, w.t_end - 1e-6), len(arrivals_t) - 1)
-                result.latencies_s.append(event.wall - arrivals_wall[i])
+            if event.producer is stage and _is_speech(frame):
+                assert isinstance(frame, EventFrame)
+                speech.append((frame, event.wall))
+
+    def arrival(t: float) -> float:
+        return arrivals_wall[min(bisect.bisect_left(arrivals_t, t - 1e-6), len(arrivals_t) - 1)]
 
     pipeline = Pipeline("asr-bench").link(source, stage, maxsize=3000).link(stage, sink)
     pipeline.observe(Times())
@@ -290,10 +327,8 @@ async def run_realtime(stage: Stage, clip: Clip) -> Result:
     await stage.setup()  # load before timing; the runner's own setup call is then a no-op
     cpu0, t0 = _cpu_s(), time.perf_counter()
     await pipeline.run()
-    result.wall_s, result.cpu_s = time.perf_counter() - t0, _cpu_s() - cpu0
-    asr = sink.of_type("asr")
-    result.text = " ".join(r["text"] for r in asr)
-    result.event_latencies_s = [r["latency_ms"] / 1000.0 for r in asr]
+    result = Result(wall_s=time.perf_counter() - t0, cpu_s=_cpu_s() - cpu0)
+    result.take(speech, arrival)
     return result
 
 
@@ -302,18 +337,11 @@ async def run_simulated(stage: Stage, clip: Clip) -> Result:
     await source.open()
     frames = [f async for f in source.frames() if isinstance(f, AudioFrame)]
     await stage.setup()
-    result = Result()
-    texts: list[str] = []
+    speech: list[tuple[EventFrame, float]] = []
     clock = 0.0  # simulated wall time = media time when idle
 
     def take(outs: list[Frame], now: float) -> None:
-        for out in outs:
-            words = _words(out)
-            if words:
-                assert isinstance(out, EventFrame) and isinstance(out.payload, AsrPayload)
-                texts.append(out.payload.text)
-                result.latencies_s += [now - w.t_end for w in words]
-                result.event_latencies_s.append(now - out.t_end)
+        speech.extend((out, now) for out in outs if isinstance(out, EventFrame) and _is_speech(out))
 
     cpu0, t0 = _cpu_s(), time.perf_counter()
     for frame in frames:
@@ -325,8 +353,8 @@ async def run_simulated(stage: Stage, clip: Clip) -> Result:
     outs = [o async for o in stage.flush()]
     take(outs, max(clock, frames[-1].t_end if frames else 0.0)
          + time.process_time() - started)  # fmt: skip
-    result.wall_s, result.cpu_s = time.perf_counter() - t0, _cpu_s() - cpu0
-    result.text = " ".join(texts)
+    result = Result(wall_s=time.perf_counter() - t0, cpu_s=_cpu_s() - cpu0)
+    result.take(speech, lambda t: t)  # a window arrives at its media time
     return result
 
 
@@ -384,15 +412,21 @@ def load_clips(args: argparse.Namespace) -> list[Clip]:
 
 
 def _agg(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """WER pooled over the group's words; word latencies pooled. `wer` and `word_latency_*` are
+    the final transcript (each word counted to the event that gave it its final form: an
+    `asr_revision` for a corrected word); `*_first` the words as first committed."""
     words = sum(r["ref_words"] for r in rows)
-    lat = [x for r in rows for x in r["latencies"]]
-    q = percentiles(lat) if lat else {"p50": float("nan"), "p95": float("nan")}
-    return {
-        "wer": round(sum(r["wer"] * r["ref_words"] for r in rows) / max(1, words), 4),
-        "word_latency_p50_s": round(q["p50"], 3),
-        "word_latency_p95_s": round(q["p95"], 3),
-        "words": len(lat),
-    }
+    out: dict[str, Any] = {}
+    for suffix in ("", "_first"):
+        lat = [x for r in rows for x in r["latencies" + suffix]]
+        q = percentiles(lat) if lat else {"p50": float("nan"), "p95": float("nan")}
+        wer_ = sum(r["wer" + suffix] * r["ref_words"] for r in rows) / max(1, words)
+        out["wer" + suffix] = round(wer_, 4)
+        out["word_latency" + suffix + "_p50_s"] = round(q["p50"], 3)
+        out["word_latency" + suffix + "_p95_s"] = round(q["p95"], 3)
+    out["words"] = sum(len(r["latencies"]) for r in rows)
+    out["revisions"] = sum(r["revisions"] for r in rows)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -463,20 +497,24 @@ def main(argv: list[str] | None = None) -> int:
         for name, text in refs.items():
             score = wer(clip.ref, text)
             rows[(clip.group, name)].append(
-                {"wer": score, "ref_words": clip.n_ref_words, "latencies": []}
-            )
+                {"wer": score, "wer_first": score, "ref_words": clip.n_ref_words,
+                 "latencies": [], "latencies_first": [], "revisions": 0}
+            )  # fmt: skip
             print(f"{clip.name:32s} {name:13s} WER {score:6.1%}")
         for system in systems:
             stage = make_stage(system, clip, config, transcriber, args.ocr_delay_s)
             res: Result = asyncio.run(runner(stage, clip))
             score = wer(clip.ref, res.text)
             rows[(clip.group, system)].append(
-                {"wer": score, "ref_words": clip.n_ref_words, "latencies": res.latencies_s}
-            )
+                {"wer": score, "wer_first": wer(clip.ref, res.text_first),
+                 "ref_words": clip.n_ref_words, "latencies": res.latencies_s,
+                 "latencies_first": res.latencies_first_s, "revisions": res.revisions}
+            )  # fmt: skip
             q = percentiles(res.latencies_s) if res.latencies_s else {"p50": 0.0, "p95": 0.0}
             print(
-                f"{clip.name:32s} {system:13s} WER {score:6.1%}  word latency p50 "
-                f"{q['p50']:.2f} s p95 {q['p95']:.2f} s  inference "
+                f"{clip.name:32s} {system:13s} WER {score:6.1%} (first "
+                f"{rows[(clip.group, system)][-1]['wer_first']:6.1%}, {res.revisions} revisions)"
+                f"  word latency p50 {q['p50']:.2f} s p95 {q['p95']:.2f} s  inference "
                 f"{getattr(stage, 'inference_s', 0.0):.1f} s  | {res.text[:110]}"
             )
             if args.show_text:
@@ -494,9 +532,11 @@ def main(argv: list[str] | None = None) -> int:
         groups[group][system] = _agg(group_rows)
         a = groups[group][system]
         print(
-            f"{group:8s} {system:13s} WER {a['wer']:6.1%}  word latency p50 "
-            f"{a['word_latency_p50_s']:.2f} s  p95 {a['word_latency_p95_s']:.2f} s  "
-            f"({a['words']} words)"
+            f"{group:8s} {system:13s} WER {a['wer']:6.1%} (first {a['wer_first']:6.1%})  "
+            f"word latency p50 {a['word_latency_p50_s']:.2f} s  p95 "
+            f"{a['word_latency_p95_s']:.2f} s (first {a['word_latency_first_p50_s']:.2f} / "
+            f"{a['word_latency_first_p95_s']:.2f} s)  ({a['words']} words, "
+            f"{a['revisions']} revisions)"
         )
     out: dict[str, Any] = {}
     if first_group and systems:

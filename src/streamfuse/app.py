@@ -141,7 +141,7 @@ class Job:
 
 
 #: Types whose records a resumed run re-produces while its speech recognizer warms up.
-_SPEECH_TYPES = frozenset({EventType.ASR, EventType.ASR_PARTIAL})
+_SPEECH_TYPES = frozenset({EventType.ASR, EventType.ASR_PARTIAL, EventType.ASR_REVISION})
 
 
 @dataclass

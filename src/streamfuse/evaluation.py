@@ -8,11 +8,15 @@
   (`streamfuse.vision.layout.CELL_SEPARATOR`, which the OCR stage writes): a missing
   separator costs 2 characters, a table read column by column costs the moved text
   (docs/ocr-layout.md). Each slide's record carries its `edits` and `chars`.
-- ASR WER: all committed `asr` text against all truth text, both normalized by Whisper's English
+- ASR WER: the final transcript (committed `asr` words, with the corrections of
+  `asr_revision` events applied) against all truth text, both normalized by Whisper's English
   normalizer (case, punctuation, spelled and written numbers), word edit distance / truth words.
+  `asr_wer_first` scores the words as first committed (no revision applied).
 - Latency: p50 / p95 of `latency_ms` per event type; for realtime runs also the delay from a
   slide appearing on screen to its first `ocr` event, the commit delay of every ASR word (its
-  end to its commit) and how long after the end of the stream the last event came (`end_lag_s`).
+  end to its first commit: `asr_word_latency_ms`; to the event that gave it its final form:
+  `asr_word_final_latency_ms`) and how long after the end of the stream the last event came
+  (`end_lag_s`).
 - RTF: processing wall time / media duration (from the run's final `stats` event).
 """
 
@@ -35,8 +39,10 @@ from streamfuse.events import (
     OcrPayload,
     Payload,
     StatsPayload,
+    join_speech,
     parse_record,
     registered_types,
+    speech_words,
 )
 from streamfuse.stats import percentiles
 from streamfuse.text import char_errors, collapse_whitespace, normalize_english, word_errors
@@ -153,12 +159,24 @@ def ocr_cer(truth: Truth, events: Iterable[EventRecord | dict[str, Any]]) -> dic
 
 
 def asr_wer(truth: Truth, events: Iterable[EventRecord | dict[str, Any]]) -> dict[str, Any]:
+    """WER of the final transcript (revisions applied) and of the words as first committed."""
     ref = normalize_english(" ".join(u.text for u in truth.asr))
-    hyp = normalize_english(" ".join(p.text for _, p in _of(as_records(events), AsrPayload)))
     if not ref:
         return {"asr_wer": None}
+    records = as_records(events)
+    hyp = normalize_english(join_speech(w for w, _ in speech_words(records)))
     edits, words = word_errors(ref, hyp, normalize=False)
-    return {"asr_wer": edits / words, "asr_hyp": hyp, "asr_edits": edits, "asr_words": words}
+    first = normalize_english(join_speech(w for _, p in _of(records, AsrPayload) for w in p.words))
+    first_edits, _ = word_errors(ref, first, normalize=False)
+    revisions = sum(1 for e in records if e.type == EventType.ASR_REVISION)
+    return {
+        "asr_wer": edits / words,
+        "asr_hyp": hyp,
+        "asr_edits": edits,
+        "asr_words": words,
+        "asr_wer_first": first_edits / words,
+        "asr_revisions": revisions,
+    }
 
 
 def _quantiles(values: list[float]) -> dict[str, float]:
@@ -205,15 +223,20 @@ def evaluate(truth: Truth, events: Iterable[EventRecord | dict[str, Any]]) -> di
     words = word_commit_delays_ms(timed)
     if words:
         result["asr_word_latency_ms"] = _quantiles(words)
+        result["asr_word_final_latency_ms"] = _quantiles(word_commit_delays_ms(timed, final=True))
     return result
 
 
-def word_commit_delays_ms(events: Iterable[EventRecord | dict[str, Any]]) -> list[float]:
+def word_commit_delays_ms(
+    events: Iterable[EventRecord | dict[str, Any]], *, final: bool = False
+) -> list[float]:
     """Per committed word of a realtime run, from its end on the media clock (= the wall clock
-    there) to its commit: the figure streaming-ASR papers report (an event may hold several)."""
-    return [
-        ((e.wall_s or 0.0) - w.t_end) * 1000.0
-        for e, p in _of(as_records(events), AsrPayload)
-        if e.wall_s is not None
-        for w in p.words
-    ]
+    there) to its first commit: the figure streaming-ASR papers report (an event may hold
+    several). `final`: per word of the final transcript, to the event that gave it its final
+    form (a word an `asr_revision` replaced or added counts from the revision)."""
+    records = as_records(events)
+    if final:
+        pairs = [(e, w) for w, e in speech_words(records)]
+    else:
+        pairs = [(e, w) for e, p in _of(records, AsrPayload) for w in p.words]
+    return [((e.wall_s or 0.0) - w.t_end) * 1000.0 for e, w in pairs if e.wall_s is not None]

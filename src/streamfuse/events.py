@@ -30,6 +30,7 @@ class EventType(StrEnum):
     OCR = "ocr"
     ASR = "asr"
     ASR_PARTIAL = "asr_partial"
+    ASR_REVISION = "asr_revision"
     LM_TOKEN = "lm_token"
     LM = "lm"
     TEXT = "text"
@@ -135,6 +136,21 @@ class AsrPayload(Payload):
 
     text: str
     words: list[AsrWord]
+
+
+class AsrRevisionPayload(Payload):
+    """A correction of committed speech. At an utterance end the recognizer hears the whole
+    utterance at once; where it reads committed words differently, this event replaces them:
+    the committed words listed in `replaced` (matched by word and times) give way to `words`.
+    Either list may be empty (words the first commits missed, or invented). The envelope spans
+    both; `speech_words` applies revisions to a record sequence."""
+
+    type: ClassVar[str] = EventType.ASR_REVISION
+
+    text: str = Field(description="The new words as text.")
+    words: list[AsrWord] = Field(description="The words that replace `replaced`.")
+    replaced: list[AsrWord] = Field(description="The committed words this event supersedes.")
+    replaced_text: str = Field(description="The superseded words as text.")
 
 
 class AsrPartialPayload(Payload):
@@ -375,6 +391,36 @@ class EventIds:
         return str(record["id"])
 
 
+def speech_words(records: Iterable[EventRecord]) -> list[tuple[AsrWord, EventRecord]]:
+    """The final transcript of committed speech: each `asr` word with the record that gave it
+    its final form, after `asr_revision` records replaced what they correct; in media order
+    per stream. A revision whose `replaced` words are not found (a record sequence cut short)
+    removes nothing and still adds its words."""
+    out: dict[tuple[str, str, float, float], tuple[AsrWord, EventRecord]] = {}
+    for record in records:
+        p = record.payload
+        if isinstance(p, AsrRevisionPayload):
+            for w in p.replaced:
+                out.pop((record.stream_id, w.word, w.t_start, w.t_end), None)
+        if isinstance(p, AsrPayload | AsrRevisionPayload):
+            for w in p.words:
+                out[(record.stream_id, w.word, w.t_start, w.t_end)] = (w, record)
+    return sorted(out.values(), key=lambda item: (item[1].stream_id, item[0].t_start))
+
+
+def join_speech(words: Iterable[AsrWord]) -> str:
+    """Payload words as text: a word starting with punctuation (Whisper's "-time", ",000",
+    "'s") attaches to the one before, as the recognizer's own text joins them."""
+    out: list[str] = []
+    for w in words:
+        text = w.word
+        if out and text and not text[0].isalnum() and text[0] not in '"([{':
+            out[-1] += text
+        elif text:
+            out.append(text)
+    return " ".join(out)
+
+
 def stats_record(payload: StatsPayload, *, t_end: float, wall_s: float) -> dict[str, Any]:
     """The `stats` record of a run: stream `*`, media time 0 to `t_end`, `wall_s` of streaming."""
     record = EventRecord(
@@ -453,8 +499,10 @@ __all__ = [
     "ENVELOPE",
     "AsrPartialPayload",
     "AsrPayload",
+    "AsrRevisionPayload",
     "AsrWord",
     "ErrorPayload",
+    "join_speech",
     "EventRecord",
     "EventIds",
     "EventSchemaError",
@@ -471,4 +519,5 @@ __all__ = [
     "parse_record",
     "payload_class",
     "registered_types",
+    "speech_words",
 ]

@@ -284,3 +284,78 @@ def test_the_stage_goes_on_through_stretches_a_shedding_input_skipped(clip: np.n
     whole = AsrStage(AsrConfig(update_interval_s=0.5), transcriber=DeafTranscriber())
     asyncio.run(run_stage(whole, frames, lockstep=False, maxsize=len(frames)))
     assert whole.stats.dropped == 0 and whole.stats.frames - 1 == len(frames)
+
+
+class MishearingTranscriber(ScriptedTranscriber):
+    """Fast (short-window) passes mishear `word` as `heard`; full-window passes get it right."""
+
+    def __init__(self, audio: np.ndarray, script: list[tuple[str, float, float]], word: str,
+                 heard: str, *, deaf_full: bool = False) -> None:  # fmt: skip
+        super().__init__(audio, script)
+        self.word, self.heard, self.deaf_full = word, heard, deaf_full
+
+    def transcribe(self, audio: np.ndarray, prompt: str = "", **kwargs: object) -> list[Word]:
+        words = super().transcribe(audio, prompt, **kwargs)  # type: ignore[arg-type]
+        if not kwargs.get("fast"):
+            return [] if self.deaf_full else words
+        return [
+            Word(" " + self.heard, w.t_start, w.t_end, 0.9) if w.word.strip() == self.word else w
+            for w in words
+        ]
+
+
+def _speech(events: list[EventFrame]) -> list[str]:
+    from streamfuse.events import EventRecord, speech_words
+
+    records = [
+        EventRecord(type=e.type, stream_id=e.stream_id, t_start=e.t_media, t_end=e.t_end,
+                    latency_ms=0.0, payload=e.payload)
+        for e in events
+    ]  # fmt: skip
+    return [w.word for w, _ in speech_words(records)]
+
+
+# Fast updates commit inside utterances (agreement of two short-window passes); the full pass
+# at each utterance end then sees the whole utterance.
+_FAST = {"fast_updates": True, "max_pending_s": 0.0, "update_interval_s": 0.5}
+
+
+def test_the_utterance_end_pass_revises_a_misheard_committed_word(clip: np.ndarray) -> None:
+    script = _truth_words()
+    fake = MishearingTranscriber(clip, script, "engine", "engines")
+    events, _ = asyncio.run(_run(AsrStage(AsrConfig(**_FAST), transcriber=fake), clip))
+    first = [w["word"] for e in events if e.type == "asr" for w in e.payload.fields()["words"]]
+    assert "engines" in first  # committed before the utterance ended
+    revisions = [e for e in events if e.type == "asr_revision"]
+    assert len(revisions) == 1
+    fields = revisions[0].payload.fields()
+    assert [w["word"] for w in fields["replaced"]] == ["engines"]
+    assert [w["word"] for w in fields["words"]] == ["engine"]
+    # It comes before the utterance's last commit and after the misheard word's own.
+    i = events.index(revisions[0])
+    assert any(e.type == "asr" and "engines" in e.payload.fields()["text"] for e in events[:i])
+    assert _speech(events) == [w for w, _, _ in script]
+    assert revisions[0].arrival_wall <= max(e.arrival_wall for e in events)
+
+    off = MishearingTranscriber(clip, script, "engine", "engines")
+    config = AsrConfig(**_FAST, revise=False)
+    events, _ = asyncio.run(_run(AsrStage(config, transcriber=off), clip))
+    assert not [e for e in events if e.type == "asr_revision"]
+    assert "engines" in _speech(events)
+
+
+def test_no_revision_when_the_full_pass_lost_the_speech(clip: np.ndarray) -> None:
+    """A full pass that hears nothing (Whisper dropping a segment as no-speech) must not
+    delete the words the fast passes agreed on."""
+    script = _truth_words()
+    fake = MishearingTranscriber(clip, script, "engine", "engines", deaf_full=True)
+    events, _ = asyncio.run(_run(AsrStage(AsrConfig(**_FAST), transcriber=fake), clip))
+    assert not [e for e in events if e.type == "asr_revision"]
+    assert "engines" in _speech(events) and len(_speech(events)) > 10
+
+
+def test_agreeing_passes_make_no_revision(clip: np.ndarray) -> None:
+    fake = ScriptedTranscriber(clip, _truth_words())
+    events, _ = asyncio.run(_run(AsrStage(AsrConfig(**_FAST), transcriber=fake), clip))
+    assert not [e for e in events if e.type == "asr_revision"]
+    assert _speech(events) == [w for w, _, _ in _truth_words()]

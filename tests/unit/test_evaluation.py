@@ -9,12 +9,15 @@ from streamfuse.errors import EvalError
 from streamfuse.evaluation import evaluate, load_events, load_truth
 from streamfuse.events import (
     AsrPayload,
+    AsrRevisionPayload,
     AsrWord,
     EventRecord,
     OcrLine,
     OcrPayload,
     Payload,
     StatsPayload,
+    join_speech,
+    speech_words,
 )
 
 pytestmark = pytest.mark.unit
@@ -127,3 +130,51 @@ def test_malformed_truth_is_named(tmp_path: Path) -> None:
         load_truth(truth)
     with pytest.raises(EvalError, match="not found"):
         load_truth(tmp_path / "missing.json")
+
+
+def test_revisions_are_applied_and_scored_with_first_commits_and_final_latency(
+    tmp_path: Path,
+) -> None:
+    """The WER is the final transcript's (an `asr_revision` replaced a misheard word);
+    `asr_wer_first` the words as first committed; a corrected word's final latency runs to
+    the revision."""
+    first = _asr(11.0, "the budget is three hundred seconds", 1500)
+    wrong = AsrWord(**first["words"][-1])
+    fixed = AsrWord(word="milliseconds", t_start=wrong.t_start, t_end=wrong.t_end, p=0.9)
+    revision = _record(
+        AsrRevisionPayload(text="milliseconds", words=[fixed], replaced=[wrong],
+                           replaced_text="seconds"),
+        wrong.t_start, wrong.t_end, 2000, 16.0,
+    )  # fmt: skip
+    final = _record(StatsPayload(final=True, realtime=True, cpu_s=9.0, stages={}), 0, 20, 0, 21.0)
+    events = [_asr(1.0, "welcome to lecture 3", 900), first, revision, final]
+    truth, ev = _write(tmp_path, events)
+    r = evaluate(load_truth(truth), load_events(ev))
+    assert r["asr_wer"] == pytest.approx(0.0)
+    assert r["asr_wer_first"] == pytest.approx(1 / 9)  # "300 seconds": one word wrong of 9
+    assert r["asr_revisions"] == 1
+    assert r["asr_word_latency_ms"]["n"] == r["asr_word_final_latency_ms"]["n"] == 10
+    # The corrected word waited from its end (12 s) to the revision (16 s).
+    assert r["asr_word_final_latency_ms"]["p95"] > r["asr_word_latency_ms"]["p95"]
+
+
+def test_speech_words_applies_revisions_in_order_and_keeps_unmatched_additions() -> None:
+    def rec(payload: Payload) -> EventRecord:
+        return EventRecord(type=payload.type, stream_id="s", t_start=0, t_end=1, latency_ms=0,
+                           payload=payload)  # fmt: skip
+
+    a = AsrWord(word="real", t_start=0.0, t_end=0.3, p=1)
+    b = AsrWord(word="-time", t_start=0.3, t_end=0.5, p=1)
+    c = AsrWord(word="pipe", t_start=0.5, t_end=0.9, p=1)
+    d = AsrWord(word="pipelines", t_start=0.5, t_end=1.0, p=1)
+    ghost = AsrWord(word="never", t_start=5.0, t_end=5.2, p=1)
+    extra = AsrWord(word="today", t_start=1.1, t_end=1.4, p=1)
+    records = [
+        rec(AsrPayload(text="real-time pipe", words=[a, b, c])),
+        rec(AsrRevisionPayload(text="pipelines", words=[d], replaced=[c], replaced_text="pipe")),
+        rec(AsrRevisionPayload(text="today", words=[extra], replaced=[ghost], replaced_text="")),
+    ]
+    words = speech_words(records)
+    assert [w.word for w, _ in words] == ["real", "-time", "pipelines", "today"]
+    assert join_speech(w for w, _ in words) == "real-time pipelines today"
+    assert words[2][1] is records[1]

@@ -13,6 +13,7 @@ import pytest
 from streamfuse.events import (
     AsrPartialPayload,
     AsrPayload,
+    AsrRevisionPayload,
     AsrWord,
     ErrorPayload,
     EventRecord,
@@ -69,6 +70,12 @@ EXAMPLES: list[Payload] = [
         reason="change",
     ),  # fmt: skip
     AsrPayload(text="hello there", words=[AsrWord(word="hello", t_start=0.1, t_end=0.4, p=0.9)]),
+    AsrRevisionPayload(
+        text="live",
+        words=[AsrWord(word="live", t_start=11.95, t_end=12.17, p=0.78, p_raw=0.8)],
+        replaced=[AsrWord(word="line", t_start=11.95, t_end=12.15, p=0.61)],
+        replaced_text="line",
+    ),
     AsrPartialPayload(text="hello th"),
     LmTokenPayload(text=" yes", prompt="is it?", request=3),
     LmPayload(

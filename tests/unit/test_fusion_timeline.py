@@ -111,3 +111,28 @@ def test_checkpoints_on_new_slides_and_every_interval_of_media() -> None:
         ("talk", 17.0, "[17.0s] SPEECH", False),
         ("b", 20.0, "[20.0s] SLIDE", True),
     ]
+
+
+def test_a_speech_revision_revises_the_window_holding_the_replaced_words() -> None:
+    from streamfuse.events import AsrRevisionPayload, AsrWord
+
+    def word(w: str, a: float) -> AsrWord:
+        return AsrWord(word=w, t_start=a, t_end=a + 0.3, p=0.9)
+
+    said = [word("the", 1.0), word("line", 1.3), word("system", 1.6)]
+    first = EventFrame(stream_id="talk", t_media=1.0, t_end=1.9,
+                       payload=AsrPayload(text="the line system", words=said))  # fmt: skip
+    later = speech(5.0, "each part keeps up")
+    fix = EventFrame(
+        stream_id="talk", t_media=1.3, t_end=1.6,
+        payload=AsrRevisionPayload(text="live", words=[word("live", 1.3)], replaced=[said[1]],
+                                   replaced_text="line"),
+    )  # fmt: skip
+    stage = TimelineStage(TimelineConfig(header="", checkpoint_every_s=1000.0))
+    out = [f for f in feed(stage, [first, later, fix]) if isinstance(f, ContextFrame)]
+    assert [f.window for f in out] == ["speech:1", "speech:2", "speech:1"]
+    assert out[2].text == "[1.0s] SPEECH: the live system\n"
+    assert (out[0].version, out[2].version) == (0, 1)
+    # A revision of words no remembered window holds (or before any speech) changes nothing.
+    stage = TimelineStage(TimelineConfig(header="", checkpoint_every_s=1000.0))
+    assert not [f for f in feed(stage, [fix]) if isinstance(f, ContextFrame)]

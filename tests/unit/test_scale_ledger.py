@@ -92,3 +92,26 @@ def test_a_replayed_partial_or_a_trimmed_event_never_repeats_an_id() -> None:
 def test_an_event_id_is_its_key() -> None:
     assert event_key({"id": "abc", "type": "ocr", "wall_s": 1}) == "abc"
     assert event_key({"type": "ocr", "wall_s": 1}) == event_key({"type": "ocr", "wall_s": 2})
+
+
+def _revision(replaced: list[tuple[str, float, float]], words: list[tuple[str, float, float]]):
+    return {
+        "type": "asr_revision", "stream_id": "s", "t_start": 0.0, "t_end": 1.0,
+        "latency_ms": 10.0, "text": " ".join(w for w, _, _ in words),
+        "replaced_text": " ".join(w for w, _, _ in replaced),
+        "words": [{"word": w, "t_start": a, "t_end": b, "p": 0.9} for w, a, b in words],
+        "replaced": [{"word": w, "t_start": a, "t_end": b, "p": 0.9} for w, a, b in replaced],
+    }  # fmt: skip
+
+
+def test_a_revision_is_delivered_only_when_it_corrects_delivered_words() -> None:
+    ledger = Ledger()
+    ledger.admit(_asr(("This", 0.0, 0.3), ("shirt", 0.3, 0.7)))
+    own = _revision([("shirt", 0.3, 0.7)], [("short", 0.3, 0.7)])
+    assert ledger.admit(own) == own
+    # A replay recognised the same time as "sport" and corrected that: not what was delivered.
+    foreign = _revision([("sport", 0.31, 0.72)], [("short", 0.31, 0.72)])
+    assert ledger.admit(foreign) is None
+    # The delivered revision's words can be corrected again.
+    again = _revision([("short", 0.3, 0.7)], [("short test", 0.3, 0.9)])
+    assert ledger.admit(again) == again

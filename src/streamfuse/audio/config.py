@@ -160,6 +160,19 @@ class AsrConfig(BaseModel):
         "probability below this starts a tail hallucination and is cut (0 disables).",
     )
     emit_partials: bool = Field(True, description="Emit `asr_partial` events.")
+    revise: bool = Field(
+        True,
+        description="At an utterance end, the full-window pass over the whole utterance "
+        "corrects words committed before it: an `asr_revision` event replaces those it reads "
+        "differently (docs/asr.md). Off: committed words never change.",
+    )
+    revise_min_share: float = Field(
+        0.5,
+        ge=0.0,
+        le=1.0,
+        description="No revision when the full pass heard fewer words than this share of the "
+        "utterance's commits (it dropped the speech as silence or noise).",
+    )
     prime_max_terms: int = Field(
         0,
         ge=0,

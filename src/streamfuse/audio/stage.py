@@ -18,7 +18,8 @@ import bisect
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
+from difflib import SequenceMatcher
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ from streamfuse.audio.priming import ScreenTerms, drop_recited, drop_unspoken_te
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
 from streamfuse.audio.vad import GateEvent, SileroVad, SpeechGate, VadChunk
 from streamfuse.errors import StageError
-from streamfuse.events import AsrPartialPayload, AsrPayload, AsrWord
+from streamfuse.events import AsrPartialPayload, AsrPayload, AsrRevisionPayload, AsrWord
 from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, AudioFrame, EventFrame, Frame, now_wall
 from streamfuse.pipeline.stage import Stage
 from streamfuse.telemetry.metrics import ModelInfo, instruments
@@ -88,6 +89,9 @@ class AsrStage(Stage):
         self._hyp_full = False  # ... and whether it came from a full-window pass
         self._utterance_ends: list[float] = []  # cut points (silences) inside the buffer
         self._history: deque[Word] = deque(maxlen=200)  # committed words (prompt, trims)
+        self._utterance: list[Word] = []  # committed words of the current utterance
+        self._utterance_from = float("-inf")  # where the words committed before it end
+        self._full_hyp: list[Word] = []  # the last full-window hypothesis, whole
         self._last_partial = ""
         #: Work counters (benchmarks, stats): inferences run, seconds spent, audio received.
         self.inferences = 0
@@ -165,12 +169,12 @@ class AsrStage(Stage):
         if self._buf_t0 is None:
             return
         if self._speech_start is not None and self._n > 0:
-            words = await self._transcribe(self._buf_end)
-            committed = self._policy.commit_all(words)
+            for out in self._close_utterance(await self._transcribe(self._buf_end)):
+                yield out
         else:
             committed = self._policy.commit_all()
-        if committed:
-            yield self._asr_event(committed)
+            if committed:
+                yield self._asr_event(committed)
         partial = self._partial_event([])
         if partial is not None:
             yield partial
@@ -182,6 +186,8 @@ class AsrStage(Stage):
         words = await self._transcribe(end, fast=fast)
         self._last_update_end = self._hyp_end = end
         self._hyp_full = not fast
+        if not fast:
+            self._full_hyp = words
         assert self._buf_t0 is not None
         waiting_since = max(self._policy.committed_end, self._speech_start or self._buf_t0)
         if fast and end - waiting_since < self.config.max_pending_s:
@@ -213,11 +219,11 @@ class AsrStage(Stage):
         if self._hyp_full and self._hyp_end >= speech_end + cfg.pause_update_s - 0.05:
             # The last hypothesis already saw the speech end and a pause after it: commit it
             # as is instead of paying for one more inference.
-            committed = self._policy.commit_all()
+            hypothesis = self._full_hyp
         else:
-            committed = self._policy.commit_all(await self._transcribe(cut))
-        if committed:
-            yield self._asr_event(committed)
+            hypothesis = await self._transcribe(cut)
+        for out in self._close_utterance(hypothesis):
+            yield out
         partial = self._partial_event([])
         if partial is not None:
             yield partial
@@ -228,6 +234,71 @@ class AsrStage(Stage):
         self._speech_start = None
         self._hyp_end = float("-inf")
         self._hyp_full = False
+        self._full_hyp = []
+        self._utterance = []
+        self._utterance_from = self._policy.committed_end
+
+    def _close_utterance(self, hypothesis: list[Word]) -> list[EventFrame]:
+        """The utterance ended: its full-window `hypothesis` corrects what was committed of it
+        (an `asr_revision`, when `revise` is on and they differ) and commits the rest."""
+        new = self._policy.new_words(hypothesis)
+        heard = hypothesis[: len(hypothesis) - len(new)]  # what it says of committed time
+        events: list[EventFrame] = []
+        if self.config.revise:
+            revision = self._revision(heard)
+            if revision is not None:
+                events.append(revision)
+        committed = self._policy.commit_all(hypothesis)
+        if committed:
+            events.append(self._asr_event(committed))
+        return events
+
+    def _revision(self, heard: list[Word]) -> EventFrame | None:
+        """Compare the committed words of this utterance still in the buffer with what the
+        full pass `heard` over the same time; a revision event where they differ."""
+        mine = [w for w in self._utterance if w.t_start >= (self._buf_t0 or 0.0) - 0.05]
+        if not mine:
+            return None
+        # Words of earlier utterances (kept in the buffer as context) are not this one's: the
+        # same time rule as the policy's for what is new.
+        since = self._utterance_from - self._policy.time_tolerance_s
+        heard = [w for w in heard if w.t_start > since]
+        if len(heard) < self.config.revise_min_share * len(mine):
+            return None  # the full pass lost most of it (a no-speech drop): keep the commits
+        ops = SequenceMatcher(None, [w.key for w in mine], [w.key for w in heard], autojunk=False)
+        changes = [op for op in ops.get_opcodes() if op[0] != "equal"]
+        if not changes:
+            return None
+        if len(mine) < len(self._utterance):
+            # The buffer was trimmed inside this utterance: where it now starts, the full pass
+            # heard a cut word and lost its context; correct only after the first agreement.
+            first_equal = next((op for op in ops.get_opcodes() if op[0] == "equal"), None)
+            if first_equal is None:
+                return None
+            changes = [op for op in changes if op[1] >= first_equal[2]]
+            if not changes:
+                return None
+        i0, i1 = changes[0][1], changes[-1][2]
+        j0, j1 = changes[0][3], changes[-1][4]
+        replaced, words = mine[i0:i1], heard[j0:j1]
+        gone = set(map(id, replaced))
+        self._utterance = _replaced(self._utterance, gone, words)
+        self._history = deque(_replaced(self._history, gone, words), maxlen=self._history.maxlen)
+        span = [*replaced, *words]
+        arrival = self._arrival_of(max(w.t_end for w in span))
+        instruments().asr_revisions.add(1, {"stage": self.name})
+        return EventFrame(
+            stream_id=self._stream_id,
+            t_media=min(w.t_start for w in span),
+            t_end=max(w.t_end for w in span),
+            arrival_wall=arrival,
+            payload=AsrRevisionPayload(
+                text=join_words(words),
+                words=[self._word(w) for w in words],
+                replaced=[self._word(w) for w in replaced],
+                replaced_text=join_words(replaced),
+            ),
+        )
 
     async def _maybe_trim(self) -> AsyncIterator[Frame]:
         """Keep the buffer short: cut at a committed sentence end, or force a cut at the limit."""
@@ -292,6 +363,7 @@ class AsrStage(Stage):
     # -- events ---------------------------------------------------------------------------
     def _asr_event(self, words: Sequence[Word]) -> EventFrame:
         self._history.extend(words)
+        self._utterance.extend(words)
         arrival = self._arrival_of(words[-1].t_end)
         instruments().asr_commit_latency.record(
             max(0.0, now_wall() - arrival), {"stage": self.name}
@@ -433,6 +505,11 @@ class AsrStage(Stage):
         if len(text) > limit:
             text = text[-limit:].split(" ", 1)[-1]  # start at a word boundary
         return text
+
+
+def _replaced(words: Iterable[Word], gone: set[int], new: Sequence[Word]) -> list[Word]:
+    """`words` without those whose id is in `gone`, plus `new`, in media order."""
+    return sorted([*(w for w in words if id(w) not in gone), *new], key=lambda w: w.t_start)
 
 
 def _drop_trailing_hallucination(words: list[Word], audio_s: float, min_p: float) -> list[Word]:

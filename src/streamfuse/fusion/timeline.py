@@ -7,7 +7,9 @@ slide, stretch of speech or message becomes one `ContextFrame` line (`[12.0s] SL
 the stream's first one led by the header; a slide read again unchanged adds nothing. Each line
 names a context window (`slide:3`, `speech:4`): a later reading of the current slide that keeps
 most of its words (a half-drawn slide settled, a bullet built up, a better read) revises that
-slide's window (same key and timestamp, version + 1) instead of adding a line. A line
+slide's window (same key and timestamp, version + 1) instead of adding a line; an
+`asr_revision` (speech corrected at an utterance end) revises the speech windows holding the
+words it replaces the same way. A line
 is a checkpoint (worth a fresh answer to a standing question) when it is a new slide, or when
 `checkpoint_every_s` of media passed since the last checkpoint (and something was added since).
 This is the only module that knows the OCR, ASR and text event kinds; the LM answer stage
@@ -16,13 +18,21 @@ This is the only module that knows the OCR, ASR and text event kinds; the LM ans
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 from rapidfuzz import fuzz
 
-from streamfuse.events import AsrPayload, OcrPayload, TextPayload
+from streamfuse.events import (
+    AsrPayload,
+    AsrRevisionPayload,
+    AsrWord,
+    OcrPayload,
+    TextPayload,
+    join_speech,
+)
 from streamfuse.frames import ContextFrame, EventFrame, Frame, TextFrame
 from streamfuse.pipeline.stage import Stage
 from streamfuse.text import collapse_whitespace
@@ -65,6 +75,12 @@ class _Stream:
     slide_t: float = 0.0
     last_checkpoint_t: float | None = None
     new_since_checkpoint: bool = False
+    #: The latest speech windows, key -> (line time, version, words): what a revision edits.
+    speech: OrderedDict[str, tuple[float, int, list[AsrWord]]] = field(default_factory=OrderedDict)
+
+
+#: Speech windows a stream remembers for revisions (they correct the utterance just ended).
+_SPEECH_WINDOWS_KEPT = 16
 
 
 class TimelineStage(Stage):
@@ -84,6 +100,10 @@ class TimelineStage(Stage):
         assert isinstance(frame, EventFrame)
         payload = frame.payload
         cfg = self.config
+        if isinstance(payload, AsrRevisionPayload):
+            for out in self._revise(frame, payload):
+                yield out
+            return
         if isinstance(payload, OcrPayload):
             label = cfg.slide_label
         elif isinstance(payload, AsrPayload):
@@ -112,13 +132,14 @@ class TimelineStage(Stage):
                     st.slide_key, st.slide_version, st.slide_t = key, 0, frame.t_media
             if is_slide:
                 st.last_slide = text
-            line = f"[{t_line:.1f}s] {label}: {text}\n"
+            elif isinstance(payload, AsrPayload):
+                st.speech[key] = (t_line, 0, list(payload.words))
+                while len(st.speech) > _SPEECH_WINDOWS_KEPT:
+                    st.speech.popitem(last=False)
             if not st.started:
                 st.started = True
                 st.first_key = key
-            if key == st.first_key:
-                # One window, so the LM feeds the opening in one piece (one prefill, as before).
-                line = cfg.header + line
+            line = self._line(st, key, t_line, label, text)
             st.new_since_checkpoint = True
         checkpoint = self._due(frame.t_media, st, slide=line is not None and is_slide)
         if line is not None or checkpoint:
@@ -126,6 +147,45 @@ class TimelineStage(Stage):
                 frame, line or "", t_end=frame.t_end, checkpoint=checkpoint, window=key,
                 version=version,
             )  # fmt: skip
+
+    def _line(self, st: _Stream, key: str, t_line: float, label: str, text: str) -> str:
+        line = f"[{t_line:.1f}s] {label}: {text}\n"
+        if key == st.first_key:
+            # One window, so the LM feeds the opening in one piece (one prefill, as before).
+            line = self.config.header + line
+        return line
+
+    def _revise(self, frame: EventFrame, revision: AsrRevisionPayload) -> list[ContextFrame]:
+        """Corrected speech: each remembered window holding a replaced word gets its new text
+        (same key and time, version + 1); the new words go to the window of the first replaced
+        word, or, when nothing was replaced, to the last window starting before them."""
+        st = self._streams.get(frame.stream_id)
+        if st is None or not st.speech:
+            return []
+        gone = {(w.word, w.t_start, w.t_end) for w in revision.replaced}
+        hit = [
+            k
+            for k, (_, _, ws) in st.speech.items()
+            if any((w.word, w.t_start, w.t_end) in gone for w in ws)
+        ]
+        if not hit and revision.words:
+            t = revision.words[0].t_start
+            hit = [k for k, (_, _, ws) in st.speech.items() if ws and ws[0].t_start <= t][-1:]
+        out = []
+        for i, key in enumerate(hit):
+            t_line, version, words = st.speech[key]
+            kept = [w for w in words if (w.word, w.t_start, w.t_end) not in gone]
+            if i == 0:
+                kept = sorted([*kept, *revision.words], key=lambda w: w.t_start)
+            st.speech[key] = (t_line, version + 1, kept)
+            text = collapse_whitespace(join_speech(kept))
+            line = self._line(st, key, t_line, self.config.speech_label, text)
+            out.append(
+                self._context(frame, line, t_end=frame.t_end, window=key, version=version + 1)
+            )
+        if out:
+            st.new_since_checkpoint = True
+        return out
 
     def _same_slide(self, text: str, st: _Stream) -> bool:
         """Is `text` a later reading of the current slide rather than a new slide?"""

@@ -79,6 +79,14 @@ def event_key(record: dict[str, Any]) -> str:
     )
 
 
+#: Delivered words a stream's ledger remembers for revisions (which touch the last utterance).
+_WORDS_KEPT = 512
+
+
+def _word_key(word: dict[str, Any]) -> tuple[str, float, float]:
+    return (str(word["word"]), float(word["t_start"]), float(word["t_end"]))
+
+
 class Ledger:
     """What one stream has delivered, and the filter a replay of it goes through.
 
@@ -86,13 +94,17 @@ class Ledger:
     takes over: an `asr` event keeps the words whose midpoint lies past the last delivered
     word's end (a replay may cut the speech into other events, and shift word edges a little),
     an `ocr` event must start after the last one delivered, a partial must reach past the
-    committed speech; any other record is delivered once by its key.
+    committed speech, an `asr_revision` is delivered only when every word it replaces was
+    (a replay's revision corrects the replay's own words); any other record is delivered once
+    by its key.
     """
 
     def __init__(self) -> None:
         self.asr_end = float("-inf")
         self.ocr_start = float("-inf")
         self.keys: set[str] = set()
+        #: The latest delivered words (word, t_start, t_end): what a revision may replace.
+        self.words: deque[tuple[str, float, float]] = deque(maxlen=_WORDS_KEPT)
         self.delivered = 0
         self.skipped = 0
 
@@ -118,6 +130,13 @@ class Ledger:
                 }
             if out is not None:
                 self.asr_end = words[-1]["t_end"]
+                self.words.extend(_word_key(w) for w in words)
+        elif kind == EventType.ASR_REVISION:
+            delivered = set(self.words)
+            if all(_word_key(w) in delivered for w in record["replaced"]):
+                self.words.extend(_word_key(w) for w in record["words"])
+            else:
+                out = None
         elif kind == EventType.OCR:
             if record["t_start"] <= self.ocr_start:
                 out = None

@@ -17,7 +17,13 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from streamfuse.events import AsrPartialPayload, AsrPayload, LmPayload, OcrPayload
+from streamfuse.events import (
+    AsrPartialPayload,
+    AsrPayload,
+    AsrRevisionPayload,
+    LmPayload,
+    OcrPayload,
+)
 from streamfuse.frames import ErrorFrame, EventFrame, Frame
 from streamfuse.pipeline import FrameEmitted, Observer, Pipeline
 
@@ -60,6 +66,10 @@ class ConsoleView(Observer):
         elif isinstance(p, AsrPayload):
             st.transcript.append(f"[{frame.t_media:6.1f}s] {p.text}")
             st.partial = ""
+        elif isinstance(p, AsrRevisionPayload):
+            st.transcript.append(
+                f"[{frame.t_media:6.1f}s] corrected: {p.replaced_text} -> {p.text}"
+            )
         elif isinstance(p, AsrPartialPayload):
             st.partial = p.text
         elif isinstance(p, LmPayload):

@@ -106,6 +106,11 @@ class Instruments:
         self.asr_commit_latency = meter.create_histogram(
             names.ASR_COMMIT_LATENCY, unit="s", description="Arrival of a word's end to its commit"
         )
+        self.asr_revisions = meter.create_counter(
+            names.ASR_REVISIONS,
+            unit="{revision}",
+            description="Committed speech corrected by the full pass at an utterance end",
+        )
         self.lm_tokens = meter.create_observable_counter(
             names.LM_TOKENS,
             callbacks=[_observe_lm_tokens],

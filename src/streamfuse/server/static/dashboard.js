@@ -95,6 +95,24 @@
 
   // ---- rendering, one handler per event type (docs/events.md) ----
 
+  // Committed words, in media order; `asr_revision` events edit them.
+  const speech = [];
+  const wordKey = (w) => `${w.word}|${w.t_start}|${w.t_end}`;
+
+  function showSpeech(clearPartial = true) {
+    const el = $("transcript");
+    stickToBottom(el, () => {
+      // A word starting with punctuation ("-time", "'s") attaches to the one before.
+      let text = "";
+      for (const w of speech) {
+        const attaches = text && w.word && !/^[\p{L}\p{N}"(\[{]/u.test(w.word);
+        text += attaches ? w.word : (text ? " " : "") + w.word;
+      }
+      $("committed").textContent = text;
+      if (clearPartial) $("partial").textContent = "";
+    });
+  }
+
   const handlers = {
     ocr(ev) {
       $("screen").textContent = ev.text;
@@ -103,12 +121,18 @@
       if (w) $("ocr-resolution").textContent = `${w}x${h}`;
     },
     asr(ev) {
-      const el = $("transcript");
-      stickToBottom(el, () => {
-        const committed = $("committed");
-        committed.textContent = committed.textContent ? `${committed.textContent} ${ev.text.trim()}` : ev.text.trim();
-        $("partial").textContent = "";
-      });
+      speech.push(...ev.words);
+      if (speech.length > 4000) speech.splice(0, speech.length - 4000);
+      showSpeech();
+    },
+    asr_revision(ev) {
+      // Speech corrected at an utterance end: the replaced words give way to the new ones.
+      const gone = new Set(ev.replaced.map(wordKey));
+      const kept = speech.filter((w) => !gone.has(wordKey(w)));
+      kept.push(...ev.words);
+      kept.sort((a, b) => a.t_start - b.t_start);
+      speech.splice(0, speech.length, ...kept);
+      showSpeech(false);
     },
     asr_partial(ev) {
       const el = $("transcript");
