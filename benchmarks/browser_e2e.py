@@ -228,7 +228,8 @@ def figures(truth_path: Path, events: list[dict[str, Any]]) -> dict[str, Any]:
     lat = r["latency_ms"]
     return {
         "ocr_cer": round(r["ocr_cer"], 4),
-        "asr_wer": round(r["asr_wer"], 4),
+        "asr_wer": round(r["asr_wer"], 4),  # the final transcript (revisions applied)
+        "asr_wer_first": round(r["asr_wer_first"], 4),  # the words as first committed
         "ocr_p95_ms": lat.get("ocr", {}).get("p95"),
         "asr_commit_p95_ms": lat.get("asr", {}).get("p95"),
         "ocr_events": lat.get("ocr", {}).get("n", 0),

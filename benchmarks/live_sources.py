@@ -135,7 +135,8 @@ def measure(kind: str, root: Path, clip: Path, truth: Path) -> dict[str, Any]:
     return {
         "source": kind,
         "ocr_cer": result.get("ocr_cer"),
-        "asr_wer": result.get("asr_wer"),
+        "asr_wer": result.get("asr_wer"),  # the final transcript (revisions applied)
+        "asr_wer_first": result.get("asr_wer_first"),  # the words as first committed
         "asr_p50_ms": asr.get("p50"),
         "asr_p95_ms": asr.get("p95"),
         "gaps": sum(r["type"] == "gap" for r in records),
@@ -152,7 +153,7 @@ def _mean_row(kind: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         return sum(values) / len(values) if len(values) == len(runs) else None
 
     row: dict[str, Any] = {"source": kind, "runs": len(runs)}
-    for key in ("ocr_cer", "asr_wer", "asr_p50_ms", "asr_p95_ms"):
+    for key in ("ocr_cer", "asr_wer", "asr_wer_first", "asr_p50_ms", "asr_p95_ms"):
         row[key] = mean(key)
     row["asr_wer_runs"] = [r["asr_wer"] for r in runs]
     row["gaps"] = sum(r["gaps"] for r in runs)
@@ -215,7 +216,11 @@ def main(argv: list[str] | None = None) -> int:
         p50, p95 = row["asr_p50_ms"] or 0, row["asr_p95_ms"] or 0
         ok = "yes" if row["ok"] else "NO"
         each = " ".join(f"{100 * w:.1f}" if w is not None else "-" for w in row["asr_wer_runs"])
-        print(f"{row['source']:20} {cer:7.1f}% {wer:7.1f}% {p50:8.0f} {p95:8.0f}  {ok}  ({each})")
+        first = 100 * (row["asr_wer_first"] or 0)
+        print(
+            f"{row['source']:20} {cer:7.1f}% {wer:7.1f}% {p50:8.0f} {p95:8.0f}  {ok}  ({each}; "
+            f"first commits {first:.1f}%)"
+        )
     print(json.dumps({"sources": rows, "all_ok": all(r["ok"] for r in rows)}))
     return 0
 

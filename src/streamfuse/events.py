@@ -130,7 +130,8 @@ class AsrWord(BaseModel):
 
 
 class AsrPayload(Payload):
-    """Committed speech: words that will not change any more."""
+    """Committed speech: words no later hypothesis changes; only the utterance-end pass may
+    still correct them, in an `asr_revision` event."""
 
     type: ClassVar[str] = EventType.ASR
 

@@ -2,7 +2,8 @@
 
 The audio buffer is re-transcribed as it grows; each hypothesis is a list of timed `Word`s.
 A word is committed once two consecutive hypotheses agree on it (longest common prefix of their
-uncommitted parts). Committed words are never revised; words a new hypothesis repeats from
+uncommitted parts). The policy never takes a committed word back (the stage's utterance-end
+revision is a separate, explicit event); words a new hypothesis repeats from
 before the last commit are recognised by their times (and an n-gram check against the committed
 tail, for timestamp jitter) and dropped, so trimming the buffer neither duplicates nor loses words.
 """
