@@ -27,10 +27,13 @@ Inputs: ``--input`` (default: the bundled lecture) and/or ``--speech-set DIR`` (
 (bundled, dev, heldout) and system, and as its last line one JSON object: the old keys for the
 first input group (``wer_streaming``, ``wer_offline``, ``commit_latency_p50_s``,
 ``commit_latency_p95_s``, ``rtf``) and ``groups`` -> group -> system -> ``wer``,
-``word_latency_p50_s``, ``word_latency_p95_s``, ``words``.
+``word_latency_p50_s``, ``word_latency_p95_s``, ``words``. ``wer`` and ``word_latency_*`` are the
+final transcript: ours corrects committed words at each utterance end (``asr_revision`` events;
+a corrected word's latency runs to its revision); ``wer_first`` and ``word_latency_first_*`` are
+the words as first committed, ``revisions`` their count (``--set revise=false`` turns them off).
 
     python benchmarks/asr_streaming.py [--model tiny.en|base|PATH] [--input CLIP]
-        [--speech-set assets/eval/speech --split dev|heldout|all]
+        [--shift-ms 0,7,14,21,28,45] [--speech-set assets/eval/speech --split dev|heldout|all]
         [--systems ours,ours-primed,la2,vad] [--realtime/--no-realtime]
 """
 
@@ -392,12 +395,33 @@ def causal(model: Any, clip: Clip, beam_size: int, *, past_s: float = 25.0) -> s
     return " ".join(out)
 
 
+def _shifted(path: Path, ms: int) -> Path:
+    """`path`'s sound as 16 kHz mono WAV with `ms` of silence in front (a temporary file)."""
+    import tempfile
+    import wave
+
+    from faster_whisper import decode_audio
+
+    audio = decode_audio(str(path), sampling_rate=AUDIO_SAMPLE_RATE_HZ)
+    pcm = np.concatenate([np.zeros(AUDIO_SAMPLE_RATE_HZ * ms // 1000), audio])
+    out = Path(tempfile.mkdtemp(prefix="sf_shift_")) / f"{path.stem}-{ms}ms.wav"
+    with wave.open(str(out), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(AUDIO_SAMPLE_RATE_HZ)
+        w.writeframes((np.clip(pcm, -1.0, 1.0) * 32767).astype("<i2").tobytes())
+    return out
+
+
 def load_clips(args: argparse.Namespace) -> list[Clip]:
     clips = []
-    for path in args.input or ([] if args.speech_set else [DEFAULT_INPUT]):
+    for path in args.input or ([] if args.speech_set or args.shift_ms else [DEFAULT_INPUT]):
         truth_path = path.with_name(path.stem + ".truth.json")
         group = "bundled" if path.resolve() == DEFAULT_INPUT else "input"
         clips.append(Clip(path.stem, group, path, json.loads(truth_path.read_text())))
+    for ms in (int(x) for x in args.shift_ms.split(",") if x.strip()):
+        truth = json.loads(DEFAULT_INPUT.with_name(DEFAULT_INPUT.stem + ".truth.json").read_text())
+        clips.append(Clip(f"bundled+{ms}ms", "shifted", _shifted(DEFAULT_INPUT, ms), truth))
     if args.speech_set:
         manifest = json.loads((args.speech_set / "set.json").read_text())
         for item in manifest["clips"]:
@@ -438,6 +462,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--speech-set", type=Path, default=None, help="e.g. assets/eval/speech")
     parser.add_argument("--split", choices=("dev", "heldout", "all"), default="all")
     parser.add_argument("--clips", default="", help="only these set clips (comma-separated)")
+    parser.add_argument(
+        "--shift-ms",
+        default="",
+        help="comma-separated milliseconds: also run the bundled clip's sound with this much "
+        "silence in front (group `shifted`; how much the alignment of the audio moves the WER)",
+    )
     parser.add_argument("--systems", default=",".join(SYSTEMS))
     parser.add_argument(
         "--realtime",
