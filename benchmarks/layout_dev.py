@@ -42,7 +42,6 @@ def read_slide(stage: Any, image: np.ndarray) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     import make_layout_dev_set as dev
-
     from streamfuse.text import cer, char_errors
     from streamfuse.vision import FixedResolution, OcrConfig, OcrStage
 

@@ -31,7 +31,7 @@ from PIL import Image, ImageDraw
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import make_ocr_hard_set as hard  # noqa: E402 - a sibling script, not a package
-from make_demo_clip import FONTS, RGB, TextBlock, _font  # noqa: E402
+from make_demo_clip import FONTS, RGB, _font  # noqa: E402
 from make_ocr_hard_set import INK, WHITE, HardSlide, Photo, Table, _tb  # noqa: E402
 
 logger = logging.getLogger("make_layout_dev_set")
@@ -137,7 +137,9 @@ def _table(
     right: tuple[int, ...] = (),
     band: RGB = (232, 238, 228),
 ) -> Table:
-    return Table(x, y, widths, rows, font, f"{font}-bold", size, style, INK, (70, 70, 70), band, right)
+    return Table(
+        x, y, widths, rows, font, f"{font}-bold", size, style, INK, (70, 70, 70), band, right
+    )
 
 
 def slides() -> list[HardSlide]:
@@ -355,10 +357,22 @@ def slides() -> list[HardSlide]:
             (252, 250, 245),
             (
                 _tb(["Two methods"], "urw-gothic-bold", 46, INK, 80, 40),
-                _tb(["Survey", "Asks many people", "Cheap per answer", "Shallow detail"],
-                    "urw-gothic", 28, INK, 80, 160),
-                _tb(["Interview", "Asks a few people", "Costly per answer", "Rich detail"],
-                    "urw-gothic", 28, INK, 660, 160),
+                _tb(
+                    ["Survey", "Asks many people", "Cheap per answer", "Shallow detail"],
+                    "urw-gothic",
+                    28,
+                    INK,
+                    80,
+                    160,
+                ),
+                _tb(
+                    ["Interview", "Asks a few people", "Costly per answer", "Rich detail"],
+                    "urw-gothic",
+                    28,
+                    INK,
+                    660,
+                    160,
+                ),
                 _tb(["Slide 7 of 20"], "urw-gothic", 16, (110, 110, 110), 80, 670),
             ),
         ),
@@ -432,8 +446,14 @@ def slides() -> list[HardSlide]:
                 Photo((80, 130, 640, 520), seed=50031),
                 # Truth in the documented order: text high on the right before a caption low
                 # on the left (the text alone cannot show that the photo makes a column).
-                _tb(["Clay soil", "Flat ground", "Close to the road"], "urw-narrow", 30, INK,
-                    700, 150),
+                _tb(
+                    ["Clay soil", "Flat ground", "Close to the road"],
+                    "urw-narrow",
+                    30,
+                    INK,
+                    700,
+                    150,
+                ),
                 _tb(["The north field seen from the tower"], "urw-narrow", 22, INK, 80, 540),
             ),
         ),

@@ -117,8 +117,10 @@ class LayoutConfig:
     #: separates blocks of text (read the upper first) and ends a table.
     block_gap: float = 2.0
     #: A gutter at least this wide inside a table column that every row keeps free of words,
-    #: with words on both sides in half the rows or more, splits the column in two.
+    #: with words on both sides in half the rows or more, splits the column in two when the
+    #: words left of it end, or those right of it start, within `cell_align` of each other.
     cell_gutter: float = 0.2
+    cell_align: float = 0.3
 
 
 @dataclass
@@ -431,10 +433,12 @@ def _split_at_gutters(
     run: Sequence[Sequence[T]], columns: list[tuple[float, float]], cfg: LayoutConfig
 ) -> tuple[list[tuple[float, float]], list[float]]:
     """The table's columns with each split where all rows keep a gutter free of words (at
-    least `cell_gutter` text heights wide, words on both sides in half the rows or more, and
-    at least two rows); and the x of every such cut. A right-aligned column beside a
-    left-aligned one leaves only a narrow gap, which the detector often boxes over."""
-    need = cfg.cell_gutter * _median_height([it for row in run for it in row])
+    least `cell_gutter` text heights wide; words on both sides in half the rows or more, and
+    at least two rows; those words aligned on one side of it); and the x of every such cut.
+    A right-aligned column beside a left-aligned one leaves only a narrow gap, which the
+    detector often boxes over."""
+    text_h = _median_height([it for row in run for it in row])
+    need = cfg.cell_gutter * text_h
     out: list[tuple[float, float]] = []
     cuts: list[float] = []
     for c0, c1 in columns:
@@ -453,14 +457,26 @@ def _split_at_gutters(
             if right_start - left_end < need:
                 continue
             x = (left_end + right_start) / 2
-            left = sum(1 for spans in per_row if any(b <= x and a >= start for a, b in spans))
-            right = sum(1 for spans in per_row if any(a >= x for a, _ in spans))
-            if min(left, right) >= max(2, (len(run) + 1) // 2):
+            ends = [
+                max(b for a, b in sp if start <= a and b <= x)
+                for sp in per_row
+                if _sides(sp, start, x)
+            ]
+            starts = [min(a for a, _ in sp if a >= x) for sp in per_row if _sides(sp, start, x)]
+            # A column's cells line up on one side: the left part's ends (right-aligned) or
+            # the right part's starts (left-aligned); words of running text do not.
+            aligned = min(max(ends) - min(ends), max(starts) - min(starts)) if ends else need
+            if len(ends) >= max(2, (len(run) + 1) // 2) and aligned <= cfg.cell_align * text_h:
                 out.append((start, left_end))
                 cuts.append(x)
                 start = right_start
         out.append((start, c1))
     return out, cuts
+
+
+def _sides(spans: Sequence[tuple[float, float]], start: float, x: float) -> bool:
+    """Whether a row has words both between `start` and `x` and right of `x`."""
+    return any(start <= a and b <= x for a, b in spans) and any(a >= x for a, _ in spans)
 
 
 def _cut_items(row: Sequence[T], cuts: Sequence[float]) -> list[T]:

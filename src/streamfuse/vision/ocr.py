@@ -291,7 +291,9 @@ def _words(found: Any, width: int) -> tuple[Word, ...]:
         except (TypeError, ValueError):
             return ()
         if str(text).strip():
-            out.append((str(text).strip(), max(0.0, float(xs.min())), min(float(width), float(xs.max()))))
+            out.append(
+                (str(text).strip(), max(0.0, float(xs.min())), min(float(width), float(xs.max())))
+            )
     out.sort(key=lambda w: w[1])
     return tuple(out)
 
