@@ -12,7 +12,7 @@ import pytest
 
 from streamfuse.vision import OcrConfig, OcrLine
 from streamfuse.vision.layout import LayoutLine, Rules, layout
-from streamfuse.vision.ocr import clean_lines, drop_bullets, join_lines
+from streamfuse.vision.ocr import clean_lines, drop_bullets, drop_double_reads, join_lines
 
 pytestmark = pytest.mark.unit
 
@@ -252,3 +252,36 @@ def test_a_split_line_keeps_its_words_and_text() -> None:
     assert [p.text for p in parts] == ["240 EUR", "one spare set"]
     assert parts[0].box[2] == ln.words[1][2] and parts[1].box[0] == ln.words[2][1]
     assert ln.split_at(ln.box[0] - 5) is None
+
+
+def test_glyphs_two_overlapping_boxes_both_read_are_kept_once() -> None:
+    lines = [
+        OcrLine(
+            "310 USD t",
+            (429, 224, 581, 256),
+            0.98,
+            (("310", 433.0, 482.0), ("USD", 486.0, 541.0), ("t", 572.0, 581.0)),
+        ),
+        OcrLine(
+            "the faculty",
+            (565, 224, 704, 259),
+            0.99,
+            (("the", 573.0, 615.0), ("faculty", 619.0, 702.0)),
+        ),
+        # Not a copy: a word of its own that only touches the next box.
+        OcrLine(
+            "in 2024", (100, 300, 230, 330), 0.99, (("in", 100.0, 125.0), ("2024", 140.0, 230.0))
+        ),
+        OcrLine(
+            "2024 data",
+            (228, 300, 400, 330),
+            0.99,
+            (("2024", 240.0, 300.0), ("data", 320.0, 400.0)),
+        ),
+    ]
+    assert [ln.text for ln in drop_double_reads(lines)] == [
+        "310 USD",
+        "the faculty",
+        "in 2024",
+        "2024 data",
+    ]

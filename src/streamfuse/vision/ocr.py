@@ -440,6 +440,41 @@ def drop_bullets(lines: Sequence[OcrLine], *, reach: float = 3.0) -> list[OcrLin
     return out
 
 
+def drop_double_reads(lines: Sequence[OcrLine]) -> list[OcrLine]:
+    """`lines` less each word read twice where two boxes of one row overlap: the detector's
+    boxes of two close cells can share the glyphs between them, and the recognizer then
+    reads those glyphs in both ("310 USD t" beside "the faculty"). The end word of one box
+    that lies inside the other box, over a word there that contains it, is the copy and is
+    dropped (only for lines with word boxes)."""
+    out = list(lines)
+    for i, a in enumerate(out):
+        if len(a.words) < 2:
+            continue
+        for b in out:
+            if b is a or not _same_row(a.box, b.box):
+                continue
+            ends = (a.words[-1], a.words[0]) if b.box[0] > a.box[0] else (a.words[0],)
+            for w in ends:
+                inside = b.box[0] <= w[1] and w[2] <= b.box[2]
+                twin = any(
+                    min(w[2], v[2]) - max(w[1], v[1]) >= 0.5 * (w[2] - w[1])
+                    and w[0].casefold() in v[0].casefold()
+                    for v in b.words
+                )
+                if inside and twin and len(a.words) >= 2:
+                    words = tuple(x for x in a.words if x is not w)
+                    x0, y0, x1, y1 = a.box
+                    a = OcrLine(
+                        " ".join(x[0] for x in words),
+                        (words[0][1], y0, words[-1][2], y1) if words else a.box,
+                        a.conf,
+                        words,
+                    )
+                    out[i] = a
+                    break
+    return out
+
+
 def _same_row(a: Box, b: Box, overlap: float = 0.5) -> bool:
     shared = min(a[3], b[3]) - max(a[1], b[1])
     return shared >= overlap * min(a[3] - a[1], b[3] - b[1])
@@ -620,7 +655,7 @@ class OcrStage(Stage):
         """Lines in reading order, one per baseline or table row; a table's empty cells read
         again (worker thread: the table check and the re-read look at the frame `image`)."""
         rules = partial(find_rules, image) if tables else None
-        kept = drop_bullets(drop_stray_glyphs(lines, self.config))
+        kept = drop_double_reads(drop_bullets(drop_stray_glyphs(lines, self.config)))
         arranged = layout(kept, self.config.layout(), rules)
         return join_lines(self._fill_empty_cells(image, arranged))
 
@@ -771,6 +806,7 @@ __all__ = [
     "RapidOcrEngine",
     "clean_lines",
     "drop_bullets",
+    "drop_double_reads",
     "drop_stray_glyphs",
     "join_lines",
     "normalize_text",
