@@ -219,11 +219,16 @@ def test_a_bullet_mark_read_into_the_line_is_stripped() -> None:
                 (("▪", 140.0, 152.0), ("Results", 170.0, 300.0)),
             ),
             OcrLine("o Chapter two", (97, 144, 300, 174), 0.98),
+            OcrLine("■Why sampling matters", (117, 300, 493, 340), 0.97),
         ],
         OcrConfig(),
     )
     got = drop_bullets(lines)
-    assert [ln.text for ln in got] == ["Results", "Chapter two"]
+    assert [ln.text for ln in got] == [
+        "Results",
+        "Chapter two",
+        "Why sampling matters",
+    ]
     assert got[0].box[0] == 170.0 and got[0].words == (("Results", 170.0, 300.0),)
 
 
@@ -234,6 +239,8 @@ def test_marks_that_are_text_are_kept() -> None:
         OcrLine("■", (215, 205, 233, 225), 0.95),  # mid-line: not at a line's start
         OcrLine("-5 degrees", (100, 300, 260, 330), 0.99),
         OcrLine("•", (500, 400, 515, 415), 0.95),  # a mark with no text after it
+        OcrLine("oAuth tokens", (100, 500, 300, 530), 0.99),
+        OcrLine("o-ring seals", (100, 560, 300, 590), 0.99),
     ]
     assert [ln.text for ln in drop_bullets(lines)] == [
         "- name: camera",
@@ -241,6 +248,8 @@ def test_marks_that_are_text_are_kept() -> None:
         "■",
         "-5 degrees",
         "•",
+        "oAuth tokens",
+        "o-ring seals",
     ]
 
 

@@ -116,7 +116,7 @@ class LayoutConfig:
     #: An empty horizontal band at least this high, with two or more rows above and below it,
     #: separates blocks of text (read the upper first) and ends a table.
     block_gap: float = 2.0
-    #: A gutter at least this wide inside a table column that every row keeps free of words,
+    #: A gutter inside a table column that no row's words cross, this wide in the median row,
     #: with words on both sides in half the rows or more, splits the column in two when the
     #: words left of it end, or those right of it start, within `cell_align` of each other.
     cell_gutter: float = 0.2
@@ -432,9 +432,10 @@ def _word_spans(it: HasBox) -> list[tuple[float, float]]:
 def _split_at_gutters(
     run: Sequence[Sequence[T]], columns: list[tuple[float, float]], cfg: LayoutConfig
 ) -> tuple[list[tuple[float, float]], list[float]]:
-    """The table's columns with each split where all rows keep a gutter free of words (at
-    least `cell_gutter` text heights wide; words on both sides in half the rows or more, and
-    at least two rows; those words aligned on one side of it); and the x of every such cut.
+    """The table's columns with each split where no row has a word across a gutter (the
+    rows' gaps there `cell_gutter` text heights wide at the median; words on both sides in
+    half the rows or more, and at least two rows; those words aligned on one side of it); and
+    the x of every such cut.
     A right-aligned column beside a left-aligned one leaves only a narrow gap, which the
     detector often boxes over."""
     text_h = _median_height([it for row in run for it in row])
@@ -454,19 +455,18 @@ def _split_at_gutters(
                 merged.append([a, b])
         start = c0
         for (_, left_end), (right_start, _) in zip(merged, merged[1:], strict=False):
-            if right_start - left_end < need:
-                continue
             x = (left_end + right_start) / 2
-            ends = [
-                max(b for a, b in sp if start <= a and b <= x)
-                for sp in per_row
-                if _sides(sp, start, x)
-            ]
-            starts = [min(a for a, _ in sp if a >= x) for sp in per_row if _sides(sp, start, x)]
-            # A column's cells line up on one side: the left part's ends (right-aligned) or
-            # the right part's starts (left-aligned); words of running text do not.
-            aligned = min(max(ends) - min(ends), max(starts) - min(starts)) if ends else need
-            if len(ends) >= max(2, (len(run) + 1) // 2) and aligned <= cfg.cell_align * text_h:
+            both = [sp for sp in per_row if _sides(sp, start, x)]
+            if len(both) < max(2, (len(run) + 1) // 2):
+                continue
+            ends = [max(b for a, b in sp if start <= a and b <= x) for sp in both]
+            starts = [min(a for a, _ in sp if a >= x) for sp in both]
+            # Word extents are estimates (a few pixels off): the row's typical gap must be
+            # wide, and the column's cells line up on one side of it - the left part's ends
+            # (right-aligned) or the right part's starts (left-aligned); running text doesn't.
+            gaps = sorted(b - a for a, b in zip(ends, starts, strict=True))
+            aligned = min(max(ends) - min(ends), max(starts) - min(starts))
+            if gaps[len(gaps) // 2] >= need and aligned <= cfg.cell_align * text_h:
                 out.append((start, left_end))
                 cuts.append(x)
                 start = right_start

@@ -407,12 +407,16 @@ BULLET_MARKS = frozenset("•◦‣⁃∙·▪▫■□●○◆◇►▸▹▶�
 BOXED_BULLET_MARKS = BULLET_MARKS | frozenset("-*+")
 
 
+_GLUED_MARK = re.compile("[" + re.escape("".join(sorted(BULLET_MARKS - {"o"}))) + r"](?=\w)")
+
+
 def drop_bullets(lines: Sequence[OcrLine], *, reach: float = 3.0) -> list[OcrLine]:
     """`lines` without drawn bullet marks read as text (the truth convention: a bullet is a
     shape, not a character). A mark is a bullet only at the start of a line and followed by a
     gap: a box holding one mark, with text starting within `reach` text heights to its right
-    on its row and nothing within that reach to its left; or a line whose first word is one
-    mark (not "-", "*", "+") followed by a space, with nothing to its left."""
+    on its row and nothing within that reach to its left; or a line with nothing to its left
+    whose first word is one mark (not "-", "*", "+") followed by a space, or starts with a
+    symbol mark glued to a word ("■Why": the gap read as no space)."""
     out = []
     for ln in lines:
         x0, y0, x1, y1 = ln.box
@@ -436,6 +440,11 @@ def drop_bullets(lines: Sequence[OcrLine], *, reach: float = 3.0) -> list[OcrLin
             words = ln.words[1:] if ln.words and ln.words[0][0] == head else ()
             box = (words[0][1], y0, x1, y1) if words else ln.box
             ln = OcrLine(rest, box, ln.conf, words)
+        elif _GLUED_MARK.match(ln.text):
+            # The space after a symbol mark not read ("■Why"); a glued "o" is left alone, as
+            # it may begin a word ("oAuth").
+            words = ((ln.words[0][0][1:], *ln.words[0][1:]), *ln.words[1:]) if ln.words else ()
+            ln = OcrLine(ln.text[1:], ln.box, ln.conf, words)
         out.append(ln)
     return out
 
