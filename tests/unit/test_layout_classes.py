@@ -294,3 +294,69 @@ def test_glyphs_two_overlapping_boxes_both_read_are_kept_once() -> None:
         "in 2024",
         "2024 data",
     ]
+
+
+# -- layout confidence features ----------------------------------------------------------------
+
+
+def test_layout_lines_tell_the_gap_they_bridged_and_the_cuts_only_words_showed() -> None:
+    spread = [
+        words_line("Every stage keeps up with the stream", 121, 322, 365, char_px=22),
+        words_line("Latency budget", 123, 376, 420),
+        words_line("300 ms", 700, 376, 420),
+    ]
+    lines = layout(spread)
+    assert lines[0].gap_bridged == 0.0  # one box
+    gap = 700 - spread[1].box[2]
+    assert lines[1].gap_bridged == pytest.approx(gap / 44)  # the joined gap, in line heights
+    ys = [150, 210, 270]
+
+    def boxed(right_aligned: str, left_aligned: str, y0: float) -> OcrLine:
+        """A right-aligned cell ending at x = 560 and a left-aligned one from x = 590, read
+        as one box."""
+        a = words_line(right_aligned, 0, y0, y0 + 30)
+        a = words_line(right_aligned, 560 - a.box[2], y0, y0 + 30)
+        b = words_line(left_aligned, 590, y0, y0 + 30)
+        return OcrLine(
+            f"{a.text} {b.text}", (a.box[0], y0, b.box[2], y0 + 30), 0.99, a.words + b.words
+        )
+
+    table = [
+        words_line("Item", 90, 135, 165),
+        boxed("Cost", "Notes", 135),
+        words_line("Cables", 90, 195, 225),
+        boxed("240 EUR", "one spare set", 195),
+        words_line("Travel", 90, 255, 285),
+        boxed("1,600 EUR", "two site visits", 255),
+    ]
+    rows = layout(table, rules=ruled(ys))
+    assert [ln.inferred_cuts for ln in rows] == [1, 1, 1]
+    joined = join_lines(rows)
+    assert [ln.text for ln in joined][1] == "Cables | 240 EUR | one spare set"
+    assert joined[1].inferred_cuts == 1 and layout(table)[0].inferred_cuts == 0
+
+
+def test_the_layout_features_reach_the_calibration_features_and_the_event() -> None:
+    from streamfuse.text.calibration import ocr_line_features, shipped
+
+    plain = ocr_line_features(
+        "Sample A", (0, 0, 100, 30), 0.99, scale=1.0, mean_conf=None, n_lines=3
+    )
+    wide = ocr_line_features(
+        "Sample A",
+        (0, 0, 100, 30),
+        0.99,
+        scale=1.0,
+        mean_conf=None,
+        n_lines=3,
+        gap_bridged=9.0,
+        inferred_cuts=2,
+    )
+    assert plain["gap_bridged"] == 0.0 and wide["gap_bridged"] == 6.0  # capped
+    assert wide["inferred_cuts"] == 2.0
+    line = OcrLine("Sample A Sample B", (90, 490, 900, 520), 0.99, (), 12.5, 0)
+    record = line.to_payload(shipped("ocr"), scale=1.0, mean_conf=0.99, n_lines=3)
+    assert record.gap_bridged == 12.5 and record.inferred_cuts == 0
+    # The shipped calibrator is not refitted: it reads none of the new features.
+    same = OcrLine("Sample A Sample B", (90, 490, 900, 520), 0.99)
+    assert record.conf == same.to_payload(shipped("ocr"), scale=1.0, mean_conf=0.99, n_lines=3).conf

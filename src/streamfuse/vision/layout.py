@@ -89,10 +89,29 @@ class LayoutLine(Generic[T]):
     cells: tuple[tuple[T, ...], ...] | None = None
     #: A table row's column intervals (x0, x1), the same for every row of its table.
     columns: tuple[tuple[float, float], ...] | None = None
+    #: How many of its table's column boundaries only word gutters showed (`cell_gutter`:
+    #: no box boundary a cell gap wide, no drawn rule needed for them): inferred, less sure.
+    inferred_cuts: int = 0
 
     @property
     def is_table_row(self) -> bool:
         return self.cells is not None
+
+    @property
+    def gap_bridged(self) -> float:
+        """The widest empty gap between two boxes this line joined into one phrase (for a
+        table row: inside one cell), in multiples of the line's median box height; 0.0 for
+        a single box. A wide one is where a join may have merged two things."""
+        groups = self.cells if self.cells is not None else (self.items,)
+        height = _median_height(self.items) if self.items else 1.0
+        widest = 0.0
+        for group in groups:
+            boxes = _sorted_x(group)
+            reach = boxes[0].box[2] if boxes else 0.0
+            for it in boxes[1:]:
+                widest = max(widest, it.box[0] - reach)
+                reach = max(reach, it.box[2])
+        return widest / height
 
     @property
     def box(self) -> tuple[float, float, float, float]:
@@ -131,6 +150,7 @@ class _Unit(Generic[T]):
     items: tuple[T, ...]
     cells: tuple[tuple[T, ...], ...] | None = None
     columns: tuple[tuple[float, float], ...] | None = None
+    inferred_cuts: int = 0
 
 
 def layout(
@@ -162,6 +182,7 @@ def layout(
                     tuple(_sorted_x(rows[r])),
                     tuple(cells),
                     tuple(columns),
+                    len(cuts),
                 )
             )
             in_table.add(r)
@@ -184,7 +205,7 @@ def layout(
                 out.append(LayoutLine(tuple(plain)))
                 plain = []
             if u.cells is not None:
-                out.append(LayoutLine(u.items, u.cells, u.columns))
+                out.append(LayoutLine(u.items, u.cells, u.columns, u.inferred_cuts))
             else:
                 plain.extend(u.items)
         if plain:

@@ -77,6 +77,11 @@ class OcrLine:
     box: Box
     conf: float
     words: tuple[Word, ...] = ()
+    #: From the layout (`LayoutLine.gap_bridged`, `.inferred_cuts`): the widest gap joined
+    #: inside the line, in line heights, and the table's column boundaries only word gutters
+    #: showed. Calibration features (docs/calibration.md); 0 for a recognizer's raw line.
+    gap_bridged: float = 0.0
+    inferred_cuts: int = 0
 
     def word_spans(self) -> list[tuple[float, float]]:
         return [(x0, x1) for _, x0, x1 in self.words]
@@ -108,7 +113,14 @@ class OcrLine:
         x0, y0, x1, y1 = (round(v) for v in self.box)
         raw = round(self.conf, 3)
         if calibrator is None:
-            return OcrLineRecord(text=self.text, box=(x0, y0, x1, y1), conf=raw)
+            return OcrLineRecord(
+                text=self.text,
+                box=(x0, y0, x1, y1),
+                conf=raw,
+                gap_bridged=round(self.gap_bridged, 2),
+                inferred_cuts=self.inferred_cuts,
+            )
+        gap = round(self.gap_bridged, 2)
         conf = calibrate_ocr_line(
             calibrator,
             self.text,
@@ -117,8 +129,17 @@ class OcrLine:
             scale=scale,
             mean_conf=mean_conf,
             n_lines=n_lines,
+            gap_bridged=gap,
+            inferred_cuts=self.inferred_cuts,
         )
-        return OcrLineRecord(text=self.text, box=(x0, y0, x1, y1), conf=conf, conf_raw=raw)
+        return OcrLineRecord(
+            text=self.text,
+            box=(x0, y0, x1, y1),
+            conf=conf,
+            conf_raw=raw,
+            gap_bridged=gap,
+            inferred_cuts=self.inferred_cuts,
+        )
 
     def shifted(self, dx: float, dy: float) -> OcrLine:
         x0, y0, x1, y1 = self.box
@@ -498,7 +519,10 @@ def join_lines(lines: Sequence[LayoutLine[OcrLine]]) -> list[OcrLine]:
             text = " ".join(it.text for it in line.items)
         else:
             text = CELL_SEPARATOR.join(" ".join(it.text for it in cell) for cell in line.cells)
-        out.append(OcrLine(text, line.box, _weighted_conf(line.items)))
+        conf = _weighted_conf(line.items)
+        out.append(
+            OcrLine(text, line.box, conf, (), line.gap_bridged, line.inferred_cuts),
+        )
     return out
 
 
@@ -719,7 +743,7 @@ class OcrStage(Stage):
                     found.extend(new)
             if found:
                 items = tuple(sorted((*ln.items, *found), key=lambda n: n.box[0]))
-                out.append(LayoutLine(items, tuple(cells), ln.columns))
+                out.append(LayoutLine(items, tuple(cells), ln.columns, ln.inferred_cuts))
             else:
                 out.append(ln)
         return out
