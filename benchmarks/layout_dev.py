@@ -7,10 +7,16 @@ line, whitespace ignored (the OCR line label of benchmarks/calibration.py at `--
 the slide's CER is the OCR set's (lines joined in order, docs/ocr-layout.md).
 
     PYTHONPATH=src python benchmarks/layout_dev.py [--side PX] [--only NAME ...] [--boxes]
+                                                   [--set layout-dev|fresh-a]
+
+`--set fresh-a` reads the 9 OCR slides of the calibration's fresh-a set (scripts/fresh_sets.py)
+the same way, **to report only**: fresh-a has been looked at, and nothing may be chosen on it.
+fresh-b is refused (it stays unseen until its pre-registered run, docs/calibration.md).
 
 Prints one row per slide (lines right / read, CER, and each wrong line beside its truth), then
 one JSON line: {"lines": n, "right": n, "line_accuracy": x, "edits": n, "chars": n, "cer": x,
-"slides": {name: [right, read, cer]}}. Needs fonts-urw-base35 (the slides' faces).
+"slides": {name: [right, read, cer]}}. Needs fonts-urw-base35 (the dev slides' faces);
+fresh-a needs fonts-dejavu, fonts-liberation and fonts-freefont-ttf.
 """
 
 from __future__ import annotations
@@ -49,17 +55,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--side", type=int, default=1280, help="detector side, pixels")
     parser.add_argument("--only", nargs="*", help="slide names")
     parser.add_argument("--boxes", action="store_true", help="print the engine's raw boxes")
+    parser.add_argument(
+        "--set", choices=["layout-dev", "fresh-a"], default="layout-dev", help="which slides"
+    )
     args = parser.parse_args(argv)
+    slides, render, truth_lines = dev.slides(), dev.render, dev.truth_lines
+    if args.set == "fresh-a":
+        import fresh_sets
+        import make_ocr_hard_set as hard
+
+        slides = list(fresh_sets.FRESH_A.ocr_slides)
+        render = hard.render
+
+        def truth_lines(slide: Any) -> list[str]:
+            return list(slide.truth_lines())
 
     config = OcrConfig(calibrate=False)
     stage = OcrStage(config, policy=FixedResolution(args.side))
     total = right_total = edits_total = chars_total = 0
     per: dict[str, list[Any]] = {}
-    for slide in dev.slides():
+    for slide in slides:
         if args.only and slide.name not in args.only:
             continue
-        image = np.asarray(dev.render(slide).convert("RGB"))
-        truth = dev.truth_lines(slide)
+        image = np.asarray(render(slide).convert("RGB"))
+        truth = truth_lines(slide)
         if args.boxes:
             stage.engine.load()
             for ln in stage.engine.read(image, args.side).lines:
@@ -91,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         "chars": chars_total,
         "cer": round(edits_total / max(1, chars_total), 4),
         "side": args.side,
+        "set": args.set,
         "slides": per,
     }
     print(json.dumps(result))
