@@ -12,9 +12,10 @@ row of a table: its cells in column order (`cells`, a cell may be empty), writte
    a horizontal rule, stripe or band edge across the run between two of its rows, or a vertical
    rule in a gutter between its columns (`find_rules`). Aligned rows without any drawn
    separator are read as text columns (a two-column slide looks the same). A column is split
-   where every row keeps a gutter `cell_gutter` text heights wide free of words (a right-aligned
-   column beside a left-aligned one, which the detector boxes as one phrase); items that give
-   their word extents (`HasWords`) are split there.
+   at a gutter no row's words cross, `cell_gutter` text heights wide at the median row, where
+   the words beside it line up (`cell_align`) on one side: a right-aligned column beside a
+   left-aligned one, which the detector boxes as one phrase. Items that give their word
+   extents (`HasWords`) are split there.
 3. Reading order of the rest (each table row counts as one full-width box): a top row with a
    wide empty band under it (`band_gap` text heights: a title) and a bottom row with one above
    it (a footer) are read first / last; then an empty band across everything, `block_gap` text
@@ -648,6 +649,7 @@ def _segments(mask: np.ndarray, axis: int) -> list[tuple[float, float, float]]:
 __all__ = [
     "CELL_SEPARATOR",
     "HasBox",
+    "HasWords",
     "LayoutConfig",
     "LayoutLine",
     "Rules",
