@@ -268,6 +268,8 @@ def line_features(rec: dict[str, Any], ln: dict[str, Any]) -> dict[str, float]:
         scale=float(rec["scale"]),
         mean_conf=rec.get("mean_conf"),
         n_lines=len(rec["lines"]),
+        gap_bridged=ln.get("gap_bridged"),  # absent in records from before the layout fields
+        inferred_cuts=ln.get("inferred_cuts"),
     )
 
 

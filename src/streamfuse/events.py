@@ -86,6 +86,18 @@ class OcrLine(BaseModel):
     conf_raw: float | None = Field(
         None, ge=0.0, le=1.0, description="The recognizer's own score (None: not calibrated)."
     )
+    gap_bridged: float | None = Field(
+        None,
+        ge=0.0,
+        description="The widest gap between two boxes the layout joined into this line (a "
+        "table row: inside one cell), in line heights (docs/ocr-layout.md); None: not known.",
+    )
+    inferred_cuts: int | None = Field(
+        None,
+        ge=0,
+        description="For a table row: how many of its table's column boundaries only word "
+        "gutters showed, not a box boundary (docs/ocr-layout.md); None: not known.",
+    )
 
 
 class OcrPayload(Payload):

@@ -19,6 +19,7 @@ from streamfuse.events import AsrWord, OcrLine
 from streamfuse.text.calibration import (
     ASR_FEATURES,
     OCR_FEATURES,
+    OCR_LAYOUT_FEATURES,
     CalibrationError,
     Calibrator,
     FeatureCalibrator,
@@ -213,7 +214,7 @@ def test_asr_word_features_read_the_context_the_stage_has() -> None:
 def test_ocr_line_features_flag_joined_boxes_and_non_words() -> None:
     base = {"scale": 0.5, "mean_conf": 0.98, "n_lines": 4}
     plain = ocr_line_features("terminal moraines", (0, 0, 340, 40), 0.97, **base)
-    assert set(plain) == set(OCR_FEATURES)
+    assert set(plain) == set(OCR_FEATURES) | set(OCR_LAYOUT_FEATURES)
     assert plain["log_height_px"] == pytest.approx(np.log(20.0))
     # Three labels far apart read as one "line": much wider per character than text is.
     joined = ocr_line_features("Front door Back garden", (0, 0, 1200, 40), 0.99, **base)

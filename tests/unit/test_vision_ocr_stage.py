@@ -208,6 +208,8 @@ def test_stage_emits_one_event_per_distinct_text_state() -> None:
             n_lines=2,
         ),
         "conf_raw": 0.99,
+        "gap_bridged": 0.0,  # one box, no table: the layout's calibration features
+        "inferred_cuts": 0,
     }
     assert first.payload.fields()["resolution"] == [960, 540]
     assert first.payload.fields()["n_lines"] == 2 and first.payload.fields()["ocr_ms"] == 12.5

@@ -308,6 +308,9 @@ OCR_FEATURES = (
     "log_lines",
     "known_words",
 )
+#: Layout features `ocr_line_features` also gives (docs/ocr-layout.md): not in `OCR_FEATURES`,
+#: so no fit uses them until a refit chooses to, by docs/calibration.md's pre-registered rule.
+OCR_LAYOUT_FEATURES = ("gap_bridged", "inferred_cuts")
 ASR_FEATURES = (
     "logit_p",
     "recent_mean_p",
@@ -361,12 +364,18 @@ def ocr_line_features(
     scale: float,
     mean_conf: float | None,
     n_lines: int,
+    gap_bridged: float | None = None,
+    inferred_cuts: int | None = None,
 ) -> dict[str, float]:
     """Features of one OCR line: the recognizer's score and the reading's mean score, the text
     height the detector saw (box height x `scale`), the length and make-up of the text (letters,
     digits, other symbols, table cells), how wide it is per character relative to its height
     (high: boxes far apart joined into one line), how many lines the reading has and the share
-    of its words that are common English words."""
+    of its words that are common English words; and from the layout (0 when not known) the
+    widest gap it bridged joining boxes, in line heights (`gap_bridged`, capped at 6), and the
+    table's column boundaries only word gutters showed (`inferred_cuts`, capped at 3). The
+    shipped calibrators read only the features they were fitted on (none of the layout ones
+    yet: a refit follows docs/calibration.md's rule)."""
     chars = [c for c in text if not c.isspace()]
     n = max(len(chars), 1)
     height = max(float(box[3]) - float(box[1]), 1.0)
@@ -383,6 +392,8 @@ def ocr_line_features(
         "width_per_char": min(width / (n * height), 3.0),
         "log_lines": math.log1p(n_lines),
         "known_words": known_share(text),
+        "gap_bridged": min(float(gap_bridged or 0.0), 6.0),
+        "inferred_cuts": float(min(inferred_cuts or 0, 3)),
     }
 
 
@@ -548,11 +559,20 @@ def calibrate_ocr_line(
     scale: float,
     mean_conf: float | None,
     n_lines: int,
+    gap_bridged: float | None = None,
+    inferred_cuts: int | None = None,
 ) -> float:
     """One OCR line's calibrated `conf` (3 decimals), whichever kind `cal` is."""
     if isinstance(cal, FeatureCalibrator):
         feats = ocr_line_features(
-            text, box, conf_raw, scale=scale, mean_conf=mean_conf, n_lines=n_lines
+            text,
+            box,
+            conf_raw,
+            scale=scale,
+            mean_conf=mean_conf,
+            n_lines=n_lines,
+            gap_bridged=gap_bridged,
+            inferred_cuts=inferred_cuts,
         )
         return cal(feats)
     return cal(conf_raw)
@@ -646,6 +666,7 @@ __all__ = [
     "ASR_FEATURES",
     "ASR_RECENT_WORDS",
     "OCR_FEATURES",
+    "OCR_LAYOUT_FEATURES",
     "AnyCalibrator",
     "CalibrationError",
     "Calibrator",

@@ -7,22 +7,32 @@ row of a table: its cells in column order (`cells`, a cell may be empty), writte
 
 1. Rows: boxes clustered by vertical overlap.
 2. Tables: a run of consecutive rows with at least two cells each (boxes further apart than
-   `cell_gap` text heights), whose cells fall into at least two common columns, is a table when
-   the picture shows a separator: a horizontal rule, stripe or band edge across the run between
-   two of its rows, or a vertical rule in a gutter between its columns (`find_rules`). Aligned
-   rows without any drawn separator are read as text columns (a two-column slide looks the same).
+   `cell_gap` text heights), not broken by an empty band `block_gap` text heights high, whose
+   cells fall into at least two common columns, is a table when the picture shows a separator:
+   a horizontal rule, stripe or band edge across the run between two of its rows, or a vertical
+   rule in a gutter between its columns (`find_rules`). Aligned rows without any drawn
+   separator are read as text columns (a two-column slide looks the same). A column is split
+   at a gutter no row's words cross, `cell_gutter` text heights wide at the median row, where
+   the words beside it line up (`cell_align`) on one side: a right-aligned column beside a
+   left-aligned one, which the detector boxes as one phrase. Items that give their word
+   extents (`HasWords`) are split there.
 3. Reading order of the rest (each table row counts as one full-width box): a top row with a
    wide empty band under it (`band_gap` text heights: a title) and a bottom row with one above
-   it (a footer) are read first / last; then rows with a vertical gutter (`column_gap` text
-   heights wide, two or more rows on each side) are split into columns, left before right,
-   recursively; else cut into bands of rows sharing a gutter, top to bottom.
+   it (a footer) are read first / last; then an empty band across everything, `block_gap` text
+   heights high with two or more rows on each side, cuts blocks (quadrants: the top pair before
+   the bottom pair); then rows with a vertical gutter (`column_gap` text heights wide, two or
+   more rows on each side) are split into columns, left before right, recursively; else cut
+   into bands of rows sharing a gutter, top to bottom.
+4. Lines: a row of one column is one line, left to right, broken where two boxes lie
+   `column_gap` text heights apart (captions under side-by-side pictures, a footer and a page
+   number: separate text blocks on one baseline).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, Protocol, Self, TypeVar
 
 import numpy as np
 
@@ -30,6 +40,20 @@ import numpy as np
 class HasBox(Protocol):
     @property
     def box(self) -> tuple[float, float, float, float]: ...
+
+
+class HasWords(HasBox, Protocol):
+    """An item that knows where its words lie and can be cut between two of them (optional:
+    items without these are never split)."""
+
+    def word_spans(self) -> Sequence[tuple[float, float]]:
+        """The x-extents (x0, x1) of its words, left to right, frame pixels."""
+        ...
+
+    def split_at(self, x: float) -> tuple[Self, Self] | None:
+        """The words left of `x` and the words right of it as two items (None: no word
+        boundary there)."""
+        ...
 
 
 T = TypeVar("T", bound=HasBox)
@@ -66,10 +90,29 @@ class LayoutLine(Generic[T]):
     cells: tuple[tuple[T, ...], ...] | None = None
     #: A table row's column intervals (x0, x1), the same for every row of its table.
     columns: tuple[tuple[float, float], ...] | None = None
+    #: How many of its table's column boundaries only word gutters showed (`cell_gutter`:
+    #: no box boundary a cell gap wide, no drawn rule needed for them): inferred, less sure.
+    inferred_cuts: int = 0
 
     @property
     def is_table_row(self) -> bool:
         return self.cells is not None
+
+    @property
+    def gap_bridged(self) -> float:
+        """The widest empty gap between two boxes this line joined into one phrase (for a
+        table row: inside one cell), in multiples of the line's median box height; 0.0 for
+        a single box. A wide one is where a join may have merged two things."""
+        groups = self.cells if self.cells is not None else (self.items,)
+        height = _median_height(self.items) if self.items else 1.0
+        widest = 0.0
+        for group in groups:
+            boxes = _sorted_x(group)
+            reach = boxes[0].box[2] if boxes else 0.0
+            for it in boxes[1:]:
+                widest = max(widest, it.box[0] - reach)
+                reach = max(reach, it.box[2])
+        return widest / height
 
     @property
     def box(self) -> tuple[float, float, float, float]:
@@ -90,6 +133,14 @@ class LayoutConfig:
     band_gap: float = 1.0
     #: A horizontal separator must span this fraction of a table's width.
     rule_span: float = 0.8
+    #: An empty horizontal band at least this high, with two or more rows above and below it,
+    #: separates blocks of text (read the upper first) and ends a table.
+    block_gap: float = 2.0
+    #: A gutter inside a table column that no row's words cross, this wide in the median row,
+    #: with words on both sides in half the rows or more, splits the column in two when the
+    #: words left of it end, or those right of it start, within `cell_align` of each other.
+    cell_gutter: float = 0.2
+    cell_align: float = 0.3
 
 
 @dataclass
@@ -100,6 +151,7 @@ class _Unit(Generic[T]):
     items: tuple[T, ...]
     cells: tuple[tuple[T, ...], ...] | None = None
     columns: tuple[tuple[float, float], ...] | None = None
+    inferred_cuts: int = 0
 
 
 def layout(
@@ -119,8 +171,10 @@ def layout(
     in_table: set[int] = set()
     for first, last, columns in tables:
         extent = _union([it.box for r in rows[first : last + 1] for it in r])
+        columns, cuts = _split_at_gutters(rows[first : last + 1], columns, cfg)
         for r in range(first, last + 1):
-            cells = _assign(rows[r], columns, cfg.cell_gap)
+            rows[r] = _cut_items(rows[r], cuts)
+            cells = _assign(rows[r], columns, cfg.cell_gap, cuts)
             y0 = min(it.box[1] for it in rows[r])
             y1 = max(it.box[3] for it in rows[r])
             units.append(
@@ -129,27 +183,55 @@ def layout(
                     tuple(_sorted_x(rows[r])),
                     tuple(cells),
                     tuple(columns),
+                    len(cuts),
                 )
             )
             in_table.add(r)
     for r, row in enumerate(rows):
         if r not in in_table:
             units.extend(_Unit(it.box, (it,)) for it in row)
-    ordered = _order(units, cfg.row_overlap, cfg.column_gap * text_h, cfg.band_gap * text_h)
+    ordered = _order(
+        units,
+        cfg.row_overlap,
+        cfg.column_gap * text_h,
+        cfg.band_gap * text_h,
+        cfg.block_gap * text_h,
+    )
     out: list[LayoutLine[T]] = []
     for row_units in ordered:
         plain: list[T] = []
         for u in row_units:
+            far = bool(plain) and _apart(plain, u, units, cfg, text_h)
+            if plain and (u.cells is not None or far):
+                out.append(LayoutLine(tuple(plain)))
+                plain = []
             if u.cells is not None:
-                if plain:
-                    out.append(LayoutLine(tuple(plain)))
-                    plain = []
-                out.append(LayoutLine(u.items, u.cells, u.columns))
+                out.append(LayoutLine(u.items, u.cells, u.columns, u.inferred_cuts))
             else:
                 plain.extend(u.items)
         if plain:
             out.append(LayoutLine(tuple(plain)))
     return out
+
+
+def _apart(
+    left: Sequence[HasBox], right: _Unit[T], units: Sequence[_Unit[T]], cfg: LayoutConfig, h: float
+) -> bool:
+    """Whether `right` starts a separate text block on the baseline of `left` (captions under
+    two pictures, a footer and its page number): `column_gap` text heights apart, and no text
+    on a neighbouring line (closer than `band_gap`) runs across the gap (then it is one line
+    spread wide)."""
+    x0 = max(it.box[2] for it in left)
+    x1 = right.box[0]
+    if x1 - x0 < cfg.column_gap * h:
+        return False
+    y0 = min(it.box[1] for it in left) - cfg.band_gap * h
+    y1 = max(it.box[3] for it in left) + cfg.band_gap * h
+    mid = (x0 + x1) / 2
+    return not any(
+        u.box[0] < mid < u.box[2] and u.box[1] < y1 and u.box[3] > y0 and u is not right
+        for u in units
+    )
 
 
 def reading_order(
@@ -164,7 +246,11 @@ def reading_order(
 
 
 def _order(
-    units: list[_Unit[T]], row_overlap: float, min_gutter: float, band_gap: float
+    units: list[_Unit[T]],
+    row_overlap: float,
+    min_gutter: float,
+    band_gap: float,
+    block_gap: float,
 ) -> list[list[_Unit[T]]]:
     """Rows of units in reading order, each row left to right."""
     if not units:
@@ -172,15 +258,25 @@ def _order(
     rows = _rows(units, row_overlap)
     if len(rows) == 1:
         return [_sorted_x(rows[0])]
+
+    def again(part: list[_Unit[T]]) -> list[list[_Unit[T]]]:
+        return _order(part, row_overlap, min_gutter, band_gap, block_gap)
+
     # A title over the body, a footer under it: set apart by a wide empty band, read first/last.
     if _gap_below(rows[0], rows[1]) >= band_gap:
-        return [_sorted_x(rows[0]), *_order(_flat(rows[1:]), row_overlap, min_gutter, band_gap)]
+        return [_sorted_x(rows[0]), *again(_flat(rows[1:]))]
     if _gap_below(rows[-2], rows[-1]) >= band_gap:
-        rest = _order(_flat(rows[:-1]), row_overlap, min_gutter, band_gap)
-        return [*rest, _sorted_x(rows[-1])]
+        return [*again(_flat(rows[:-1])), _sorted_x(rows[-1])]
+    # Blocks over blocks (2 x 2 quadrants): a wide empty band across everything, with a block
+    # of two or more rows on each side, is read top part first, even where columns line up.
+    gaps = [(_gap_below(rows[i], rows[i + 1]), i) for i in range(1, len(rows) - 2)]
+    widest = max(gaps, default=None)
+    if widest is not None and widest[0] >= block_gap:
+        cut = widest[1] + 1
+        return [*again(_flat(rows[:cut])), *again(_flat(rows[cut:]))]
     cols = _split_columns(units, rows, min_gutter)
     if cols is not None:
-        return [row for col in cols for row in _order(col, row_overlap, min_gutter, band_gap)]
+        return [row for col in cols for row in again(col)]
     if len(rows) > _MAX_ROWS_FOR_BANDS:  # pathological input: plain row order
         return [_sorted_x(row) for row in rows]
     # No gutter runs through everything (e.g. a line spans the columns): cut the rows into
@@ -203,7 +299,7 @@ def _order(
             cols = _split_columns(band, rows[i : j + 1], min_gutter)
             assert cols is not None
             for col in cols:
-                out.extend(_order(col, row_overlap, min_gutter, band_gap))
+                out.extend(again(col))
         i = j + 1
     return out
 
@@ -294,15 +390,16 @@ def _split_columns(
 # -- tables ---------------------------------------------------------------------------------
 
 
-def _cells(row: Sequence[T], cell_gap: float) -> list[list[T]]:
+def _cells(row: Sequence[T], cell_gap: float, cuts: Sequence[float] = ()) -> list[list[T]]:
     """A row's boxes grouped into cells: a new cell where the gap exceeds `cell_gap` x the
-    row's text height."""
+    row's text height, or across a column cut (`_split_at_gutters`)."""
     boxes = _sorted_x(row)
     limit = cell_gap * _median_height(boxes)
     cells: list[list[T]] = [[boxes[0]]]
     reach = boxes[0].box[2]
-    for it in boxes[1:]:
-        if it.box[0] - reach > limit:
+    for prev, it in zip(boxes, boxes[1:], strict=False):
+        mid_prev, mid = (prev.box[0] + prev.box[2]) / 2, (it.box[0] + it.box[2]) / 2
+        if it.box[0] - reach > limit or any(mid_prev < x < mid for x in cuts):
             cells.append([it])
         else:
             cells[-1].append(it)
@@ -327,11 +424,14 @@ def _columns(rows: Sequence[Sequence[T]], cell_gap: float) -> list[tuple[float, 
 
 
 def _assign(
-    row: Sequence[T], columns: list[tuple[float, float]], cell_gap: float
+    row: Sequence[T],
+    columns: list[tuple[float, float]],
+    cell_gap: float,
+    cuts: Sequence[float] = (),
 ) -> list[tuple[T, ...]]:
     """The row's boxes per column (cells falling into one column are joined)."""
     out: list[list[T]] = [[] for _ in columns]
-    for cell in _cells(row, cell_gap):
+    for cell in _cells(row, cell_gap, cuts):
         cx = (min(it.box[0] for it in cell) + max(it.box[2] for it in cell)) / 2
         k = min(
             range(len(columns)),
@@ -345,11 +445,85 @@ def _assign(
     return [tuple(_sorted_x(c)) for c in out]
 
 
+def _word_spans(it: HasBox) -> list[tuple[float, float]]:
+    spans = getattr(it, "word_spans", None)
+    got = list(spans()) if callable(spans) else []
+    return got or [(it.box[0], it.box[2])]
+
+
+def _split_at_gutters(
+    run: Sequence[Sequence[T]], columns: list[tuple[float, float]], cfg: LayoutConfig
+) -> tuple[list[tuple[float, float]], list[float]]:
+    """The table's columns with each split where no row has a word across a gutter (the
+    rows' gaps there `cell_gutter` text heights wide at the median; words on both sides in
+    half the rows or more, and at least two rows; those words aligned on one side of it); and
+    the x of every such cut.
+    A right-aligned column beside a left-aligned one leaves only a narrow gap, which the
+    detector often boxes over."""
+    text_h = _median_height([it for row in run for it in row])
+    need = cfg.cell_gutter * text_h
+    out: list[tuple[float, float]] = []
+    cuts: list[float] = []
+    for c0, c1 in columns:
+        per_row = [
+            [sp for it in row if c0 <= (it.box[0] + it.box[2]) / 2 <= c1 for sp in _word_spans(it)]
+            for row in run
+        ]
+        merged: list[list[float]] = []
+        for a, b in sorted(sp for spans in per_row for sp in spans):
+            if merged and a <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        start = c0
+        for (_, left_end), (right_start, _) in zip(merged, merged[1:], strict=False):
+            x = (left_end + right_start) / 2
+            both = [sp for sp in per_row if _sides(sp, start, x)]
+            if len(both) < max(2, (len(run) + 1) // 2):
+                continue
+            ends = [max(b for a, b in sp if start <= a and b <= x) for sp in both]
+            starts = [min(a for a, _ in sp if a >= x) for sp in both]
+            # Word extents are estimates (a few pixels off): the row's typical gap must be
+            # wide, and the column's cells line up on one side of it - the left part's ends
+            # (right-aligned) or the right part's starts (left-aligned); running text doesn't.
+            gaps = sorted(b - a for a, b in zip(ends, starts, strict=True))
+            aligned = min(max(ends) - min(ends), max(starts) - min(starts))
+            if gaps[len(gaps) // 2] >= need and aligned <= cfg.cell_align * text_h:
+                out.append((start, left_end))
+                cuts.append(x)
+                start = right_start
+        out.append((start, c1))
+    return out, cuts
+
+
+def _sides(spans: Sequence[tuple[float, float]], start: float, x: float) -> bool:
+    """Whether a row has words both between `start` and `x` and right of `x`."""
+    return any(start <= a and b <= x for a, b in spans) and any(a >= x for a, _ in spans)
+
+
+def _cut_items(row: Sequence[T], cuts: Sequence[float]) -> list[T]:
+    """The row's items, each one whose words lie on both sides of a cut split there."""
+    out: list[T] = []
+    todo = list(row)
+    while todo:
+        it = todo.pop()
+        spans = _word_spans(it)
+        x = next((x for x in cuts if spans[0][0] < x < spans[-1][1]), None)
+        split = getattr(it, "split_at", None)
+        parts = split(x) if x is not None and callable(split) else None
+        if parts is None:
+            out.append(it)
+        else:
+            todo.extend(parts)
+    return out
+
+
 def _find_tables(
     rows: list[list[T]], cfg: LayoutConfig, rules: RulesSource | None
 ) -> list[tuple[int, int, list[tuple[float, float]]]]:
     """(first row, last row, column intervals) of each table, top to bottom."""
     multi = [len(_cells(row, cfg.cell_gap)) >= 2 for row in rows]
+    text_h = _median_height([it for row in rows for it in row])
     runs: list[tuple[int, int]] = []
     i = 0
     while i < len(rows):
@@ -357,7 +531,13 @@ def _find_tables(
             i += 1
             continue
         j = i
-        while j + 1 < len(rows) and multi[j + 1]:
+        # A table's rows follow each other; a wide empty band ends it (blocks of text below
+        # blocks, such as quadrants, are not one table).
+        while (
+            j + 1 < len(rows)
+            and multi[j + 1]
+            and _gap_below(rows[j], rows[j + 1]) < cfg.block_gap * text_h
+        ):
             j += 1
         if j > i:
             runs.append((i, j))
@@ -469,6 +649,7 @@ def _segments(mask: np.ndarray, axis: int) -> list[tuple[float, float, float]]:
 __all__ = [
     "CELL_SEPARATOR",
     "HasBox",
+    "HasWords",
     "LayoutConfig",
     "LayoutLine",
     "Rules",

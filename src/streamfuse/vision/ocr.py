@@ -63,13 +63,40 @@ log = logging.getLogger(__name__)
 Box = tuple[float, float, float, float]
 
 
+#: A recognized word: its text and x-extent (x0, x1) in the same pixels as its line's box.
+Word = tuple[str, float, float]
+
+
 @dataclass(frozen=True, slots=True)
 class OcrLine:
-    """One recognized text line. `box` is (x0, y0, x1, y1) in original frame pixels."""
+    """One recognized text line. `box` is (x0, y0, x1, y1) in original frame pixels; `words`
+    the recognizer's words with their x-extents when the engine gives them (the layout splits
+    a box between two words where a table column boundary runs through it)."""
 
     text: str
     box: Box
     conf: float
+    words: tuple[Word, ...] = ()
+    #: From the layout (`LayoutLine.gap_bridged`, `.inferred_cuts`): the widest gap joined
+    #: inside the line, in line heights, and the table's column boundaries only word gutters
+    #: showed. Calibration features (docs/calibration.md); 0 for a recognizer's raw line.
+    gap_bridged: float = 0.0
+    inferred_cuts: int = 0
+
+    def word_spans(self) -> list[tuple[float, float]]:
+        return [(x0, x1) for _, x0, x1 in self.words]
+
+    def split_at(self, x: float) -> tuple[OcrLine, OcrLine] | None:
+        """The words left of `x` and those right of it as two lines (same confidence)."""
+        left = tuple(w for w in self.words if (w[1] + w[2]) / 2 < x)
+        right = self.words[len(left) :]
+        if not left or not right or any((w[1] + w[2]) / 2 < x for w in right):
+            return None
+        x0, y0, x1, y1 = self.box
+        return (
+            OcrLine(" ".join(w[0] for w in left), (x0, y0, left[-1][2], y1), self.conf, left),
+            OcrLine(" ".join(w[0] for w in right), (right[0][1], y0, x1, y1), self.conf, right),
+        )
 
     def to_payload(
         self,
@@ -86,7 +113,14 @@ class OcrLine:
         x0, y0, x1, y1 = (round(v) for v in self.box)
         raw = round(self.conf, 3)
         if calibrator is None:
-            return OcrLineRecord(text=self.text, box=(x0, y0, x1, y1), conf=raw)
+            return OcrLineRecord(
+                text=self.text,
+                box=(x0, y0, x1, y1),
+                conf=raw,
+                gap_bridged=round(self.gap_bridged, 2),
+                inferred_cuts=self.inferred_cuts,
+            )
+        gap = round(self.gap_bridged, 2)
         conf = calibrate_ocr_line(
             calibrator,
             self.text,
@@ -95,12 +129,22 @@ class OcrLine:
             scale=scale,
             mean_conf=mean_conf,
             n_lines=n_lines,
+            gap_bridged=gap,
+            inferred_cuts=self.inferred_cuts,
         )
-        return OcrLineRecord(text=self.text, box=(x0, y0, x1, y1), conf=conf, conf_raw=raw)
+        return OcrLineRecord(
+            text=self.text,
+            box=(x0, y0, x1, y1),
+            conf=conf,
+            conf_raw=raw,
+            gap_bridged=gap,
+            inferred_cuts=self.inferred_cuts,
+        )
 
     def shifted(self, dx: float, dy: float) -> OcrLine:
         x0, y0, x1, y1 = self.box
-        return OcrLine(self.text, (x0 + dx, y0 + dy, x1 + dx, y1 + dy), self.conf)
+        words = tuple((t, a + dx, b + dx) for t, a, b in self.words)
+        return OcrLine(self.text, (x0 + dx, y0 + dy, x1 + dx, y1 + dy), self.conf, words)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,15 +284,39 @@ class RapidOcrEngine(OcrEngine):
         self._engine.text_det.limit_side_len = det_max_side_px
         bgr = np.ascontiguousarray(image[..., ::-1]) if image.ndim == 3 else image
         t0 = time.perf_counter()
-        out = self._engine(bgr)
+        # Word boxes come from the recognizer's own character positions (no second model).
+        out = self._engine(bgr, return_word_box=True)
         ocr_ms = (time.perf_counter() - t0) * 1000.0
         lines: list[OcrLine] = []
         if getattr(out, "boxes", None) is not None and getattr(out, "txts", None) is not None:
-            for quad, text, score in zip(out.boxes, out.txts, out.scores, strict=False):
+            word_results = getattr(out, "word_results", None) or [()] * len(out.txts)
+            for quad, text, score, found in zip(
+                out.boxes, out.txts, out.scores, word_results, strict=False
+            ):
                 q = np.asarray(quad, dtype=np.float64).reshape(-1, 2)
                 box = (q[:, 0].min(), q[:, 1].min(), q[:, 0].max(), q[:, 1].max())
-                lines.append(OcrLine(str(text), clamp_box(box, (w, h)), float(score)))
+                lines.append(
+                    OcrLine(str(text), clamp_box(box, (w, h)), float(score), _words(found, w))
+                )
         return OcrReading(tuple(lines), _det_size(w, h, det_max_side_px), ocr_ms)
+
+
+def _words(found: Any, width: int) -> tuple[Word, ...]:
+    """rapidocr's word results of one line ((text, score, 4-point box), ...) as words, left to
+    right; () when they are missing or do not spell the line's words."""
+    out: list[Word] = []
+    for item in found or ():
+        try:
+            text, _, quad = item
+            xs = np.asarray(quad, dtype=np.float64).reshape(-1, 2)[:, 0]
+        except (TypeError, ValueError):
+            return ()
+        if str(text).strip():
+            out.append(
+                (str(text).strip(), max(0.0, float(xs.min())), min(float(width), float(xs.max())))
+            )
+    out.sort(key=lambda w: w[1])
+    return tuple(out)
 
 
 INT8_DIR = Path(__file__).with_name("ocr_int8")
@@ -345,8 +413,101 @@ def clean_lines(lines: Sequence[OcrLine], config: OcrConfig) -> list[OcrLine]:
             continue
         if line.box[3] - line.box[1] < config.min_text_height_px:
             continue
-        out.append(OcrLine(text, line.box, line.conf))
+        words = tuple(
+            (collapse_whitespace(unicodedata.normalize("NFKC", t)), a, b) for t, a, b in line.words
+        )
+        if " ".join(t for t, _, _ in words) != text:
+            words = ()  # they must spell the line, or a split could change its text
+        out.append(OcrLine(text, line.box, line.conf, words))
     return out
+
+
+#: What the recognizer reads a drawn bullet mark (a square, dot, ring, triangle, dash) as.
+BULLET_MARKS = frozenset("•◦‣⁃∙·▪▫■□●○◆◇►▸▹▶▷➢➤→»–—✓✔口o")
+#: Marks that are also text ("- key: value" in code): a bullet only when boxed on their own.
+BOXED_BULLET_MARKS = BULLET_MARKS | frozenset("-*+")
+
+
+_GLUED_MARK = re.compile("[" + re.escape("".join(sorted(BULLET_MARKS - {"o"}))) + r"](?=\w)")
+
+
+def drop_bullets(lines: Sequence[OcrLine], *, reach: float = 3.0) -> list[OcrLine]:
+    """`lines` without drawn bullet marks read as text (the truth convention: a bullet is a
+    shape, not a character). A mark is a bullet only at the start of a line and followed by a
+    gap: a box holding one mark, with text starting within `reach` text heights to its right
+    on its row and nothing within that reach to its left; or a line with nothing to its left
+    whose first word is one mark (not "-", "*", "+") followed by a space, or starts with a
+    symbol mark glued to a word ("■Why": the gap read as no space)."""
+    out = []
+    for ln in lines:
+        x0, y0, x1, y1 = ln.box
+        h = max(1.0, y1 - y0)
+        row = [o for o in lines if o is not ln and _same_row(o.box, ln.box)]
+        if any(x0 - reach * h <= o.box[2] <= x0 + 0.2 * h and o.box[0] < x0 for o in row):
+            out.append(ln)  # not at the start of a line
+            continue
+        if ln.text in BOXED_BULLET_MARKS:
+            after = [
+                o
+                for o in row
+                if -0.2 * h <= o.box[0] - x1 <= reach * (o.box[3] - o.box[1])
+                and any(c.isalnum() for c in o.text)
+                and h <= 1.5 * (o.box[3] - o.box[1])
+            ]
+            if after:
+                continue
+        head, _, rest = ln.text.partition(" ")
+        if head in BULLET_MARKS and rest:
+            words = ln.words[1:] if ln.words and ln.words[0][0] == head else ()
+            box = (words[0][1], y0, x1, y1) if words else ln.box
+            ln = OcrLine(rest, box, ln.conf, words)
+        elif _GLUED_MARK.match(ln.text):
+            # The space after a symbol mark not read ("■Why"); a glued "o" is left alone, as
+            # it may begin a word ("oAuth").
+            words = ((ln.words[0][0][1:], *ln.words[0][1:]), *ln.words[1:]) if ln.words else ()
+            ln = OcrLine(ln.text[1:], ln.box, ln.conf, words)
+        out.append(ln)
+    return out
+
+
+def drop_double_reads(lines: Sequence[OcrLine]) -> list[OcrLine]:
+    """`lines` less each word read twice where two boxes of one row overlap: the detector's
+    boxes of two close cells can share the glyphs between them, and the recognizer then
+    reads those glyphs in both ("310 USD t" beside "the faculty"). The end word of one box
+    that lies inside the other box, over a word there that contains it, is the copy and is
+    dropped (only for lines with word boxes)."""
+    out = list(lines)
+    for i, a in enumerate(out):
+        if len(a.words) < 2:
+            continue
+        for b in out:
+            if b is a or not _same_row(a.box, b.box):
+                continue
+            ends = (a.words[-1], a.words[0]) if b.box[0] > a.box[0] else (a.words[0],)
+            for w in ends:
+                inside = b.box[0] <= w[1] and w[2] <= b.box[2]
+                twin = any(
+                    min(w[2], v[2]) - max(w[1], v[1]) >= 0.5 * (w[2] - w[1])
+                    and w[0].casefold() in v[0].casefold()
+                    for v in b.words
+                )
+                if inside and twin and len(a.words) >= 2:
+                    words = tuple(x for x in a.words if x is not w)
+                    x0, y0, x1, y1 = a.box
+                    a = OcrLine(
+                        " ".join(x[0] for x in words),
+                        (words[0][1], y0, words[-1][2], y1) if words else a.box,
+                        a.conf,
+                        words,
+                    )
+                    out[i] = a
+                    break
+    return out
+
+
+def _same_row(a: Box, b: Box, overlap: float = 0.5) -> bool:
+    shared = min(a[3], b[3]) - max(a[1], b[1])
+    return shared >= overlap * min(a[3] - a[1], b[3] - b[1])
 
 
 def join_lines(lines: Sequence[LayoutLine[OcrLine]]) -> list[OcrLine]:
@@ -358,7 +519,10 @@ def join_lines(lines: Sequence[LayoutLine[OcrLine]]) -> list[OcrLine]:
             text = " ".join(it.text for it in line.items)
         else:
             text = CELL_SEPARATOR.join(" ".join(it.text for it in cell) for cell in line.cells)
-        out.append(OcrLine(text, line.box, _weighted_conf(line.items)))
+        conf = _weighted_conf(line.items)
+        out.append(
+            OcrLine(text, line.box, conf, (), line.gap_bridged, line.inferred_cuts),
+        )
     return out
 
 
@@ -524,7 +688,8 @@ class OcrStage(Stage):
         """Lines in reading order, one per baseline or table row; a table's empty cells read
         again (worker thread: the table check and the re-read look at the frame `image`)."""
         rules = partial(find_rules, image) if tables else None
-        arranged = layout(drop_stray_glyphs(lines, self.config), self.config.layout(), rules)
+        kept = drop_double_reads(drop_bullets(drop_stray_glyphs(lines, self.config)))
+        arranged = layout(kept, self.config.layout(), rules)
         return join_lines(self._fill_empty_cells(image, arranged))
 
     def _fill_empty_cells(
@@ -578,7 +743,7 @@ class OcrStage(Stage):
                     found.extend(new)
             if found:
                 items = tuple(sorted((*ln.items, *found), key=lambda n: n.box[0]))
-                out.append(LayoutLine(items, tuple(cells), ln.columns))
+                out.append(LayoutLine(items, tuple(cells), ln.columns, ln.inferred_cuts))
             else:
                 out.append(ln)
         return out
@@ -673,6 +838,8 @@ __all__ = [
     "OcrStage",
     "RapidOcrEngine",
     "clean_lines",
+    "drop_bullets",
+    "drop_double_reads",
     "drop_stray_glyphs",
     "join_lines",
     "normalize_text",
