@@ -280,9 +280,8 @@ class AsrStage(Stage):
             changes = [op for op in changes if op[1] >= first_equal[2]]
             if not changes:
                 return None
-        i0, i1 = changes[0][1], changes[-1][2]
-        j0, j1 = changes[0][3], changes[-1][4]
-        replaced, words = mine[i0:i1], heard[j0:j1]
+        replaced = [w for op in changes for w in mine[op[1] : op[2]]]
+        words = [w for op in changes for w in heard[op[3] : op[4]]]
         gone = set(map(id, replaced))
         self._utterance = _replaced(self._utterance, gone, words)
         self._history = deque(_replaced(self._history, gone, words), maxlen=self._history.maxlen)
