@@ -140,6 +140,11 @@ class AsrWord(BaseModel):
         description="The recognizer's own word probability (None: not calibrated).",
     )
 
+    @property
+    def identity(self) -> tuple[str, float, float]:
+        """What an `asr_revision` names a committed word by: its text and times."""
+        return (self.word, self.t_start, self.t_end)
+
 
 class AsrPayload(Payload):
     """Committed speech: words no later hypothesis changes; only the utterance-end pass may
@@ -414,10 +419,10 @@ def speech_words(records: Iterable[EventRecord]) -> list[tuple[AsrWord, EventRec
         p = record.payload
         if isinstance(p, AsrRevisionPayload):
             for w in p.replaced:
-                out.pop((record.stream_id, w.word, w.t_start, w.t_end), None)
+                out.pop((record.stream_id, *w.identity), None)
         if isinstance(p, AsrPayload | AsrRevisionPayload):
             for w in p.words:
-                out[(record.stream_id, w.word, w.t_start, w.t_end)] = (w, record)
+                out[(record.stream_id, *w.identity)] = (w, record)
     return sorted(out.values(), key=lambda item: (item[1].stream_id, item[0].t_start))
 
 

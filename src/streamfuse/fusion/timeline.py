@@ -162,19 +162,15 @@ class TimelineStage(Stage):
         st = self._streams.get(frame.stream_id)
         if st is None or not st.speech:
             return []
-        gone = {(w.word, w.t_start, w.t_end) for w in revision.replaced}
-        hit = [
-            k
-            for k, (_, _, ws) in st.speech.items()
-            if any((w.word, w.t_start, w.t_end) in gone for w in ws)
-        ]
+        gone = {w.identity for w in revision.replaced}
+        hit = [k for k, (_, _, ws) in st.speech.items() if any(w.identity in gone for w in ws)]
         if not hit and revision.words:
             t = revision.words[0].t_start
             hit = [k for k, (_, _, ws) in st.speech.items() if ws and ws[0].t_start <= t][-1:]
         out = []
         for i, key in enumerate(hit):
             t_line, version, words = st.speech[key]
-            kept = [w for w in words if (w.word, w.t_start, w.t_end) not in gone]
+            kept = [w for w in words if w.identity not in gone]
             if i == 0:
                 kept = sorted([*kept, *revision.words], key=lambda w: w.t_start)
             st.speech[key] = (t_line, version + 1, kept)
