@@ -91,7 +91,8 @@ class AsrStage(Stage):
         self._hyp_full = False  # ... and whether it came from a full-window pass
         self._utterance_ends: list[float] = []  # cut points (silences) inside the buffer
         self._history: deque[Word] = deque(maxlen=200)  # committed words (prompt, trims)
-        self._utterance: list[Word] = []  # committed words of the current utterance
+        self._utterance: list[Word] = []  # committed words of the current utterance in the buffer
+        self._utterance_cut = False  # ... and whether the buffer was trimmed inside it
         self._utterance_from = float("-inf")  # where the words committed before it end
         self._full_hyp: list[Word] = []  # the last full-window hypothesis, whole
         self._last_partial = ""
@@ -238,6 +239,7 @@ class AsrStage(Stage):
         self._hyp_full = False
         self._full_hyp = []
         self._utterance = []
+        self._utterance_cut = False
         self._utterance_from = self._policy.committed_end
 
     def _close_utterance(self, hypothesis: list[Word]) -> list[EventFrame]:
@@ -258,7 +260,7 @@ class AsrStage(Stage):
     def _revision(self, heard: list[Word]) -> EventFrame | None:
         """Compare the committed words of this utterance still in the buffer with what the
         full pass `heard` over the same time; a revision event where they differ."""
-        mine = [w for w in self._utterance if w.t_start >= (self._buf_t0 or 0.0) - 0.05]
+        mine = self._utterance
         if not mine:
             return None
         # Words of earlier utterances (kept in the buffer as context) are not this one's: the
@@ -271,7 +273,7 @@ class AsrStage(Stage):
         changes = [op for op in ops.get_opcodes() if op[0] != "equal"]
         if not changes:
             return None
-        if len(mine) < len(self._utterance):
+        if self._utterance_cut:
             # The buffer was trimmed inside this utterance: where it now starts, the full pass
             # heard a cut word and lost its context; correct only after the first agreement.
             first_equal = next((op for op in ops.get_opcodes() if op[0] == "equal"), None)
@@ -452,6 +454,10 @@ class AsrStage(Stage):
         self._chunks = [audio] if len(audio) else []
         self._n = len(audio)
         self._buf_t0 += k / AUDIO_SAMPLE_RATE_HZ
+        # Committed words whose audio is gone can no longer be revised (nor kept: long speech).
+        kept = [w for w in self._utterance if w.t_start >= self._buf_t0 - 0.05]
+        if len(kept) < len(self._utterance):
+            self._utterance, self._utterance_cut = kept, True
 
     def _keep_context(self) -> None:
         """Between utterances: keep the newest whole utterances within `context_s` (Whisper
