@@ -338,6 +338,13 @@ def _union(boxes: Sequence[tuple[float, float, float, float]]) -> tuple[float, f
     )
 
 
+def same_row(a: Box, b: Box, overlap: float = 0.5) -> bool:
+    """Whether two boxes share a text row: their vertical overlap is at least `overlap` of the
+    shorter one's height."""
+    shared = min(a[3], b[3]) - max(a[1], b[1])
+    return shared >= overlap * min(a[3] - a[1], b[3] - b[1])
+
+
 def _rows(items: list[B], row_overlap: float) -> list[list[B]]:
     """Cluster boxes into text rows by vertical overlap, top to bottom."""
     rows: list[list[B]] = []
@@ -346,8 +353,7 @@ def _rows(items: list[B], row_overlap: float) -> list[list[B]]:
         y0, y1 = it.box[1], it.box[3]
         if rows:
             r0, r1 = spans[-1]
-            overlap = min(y1, r1) - max(y0, r0)
-            if overlap >= row_overlap * min(y1 - y0, r1 - r0):
+            if same_row(it.box, (0.0, r0, 0.0, r1), row_overlap):
                 rows[-1].append(it)
                 spans[-1] = (min(r0, y0), max(r1, y1))
                 continue
@@ -657,4 +663,5 @@ __all__ = [
     "find_rules",
     "layout",
     "reading_order",
+    "same_row",
 ]

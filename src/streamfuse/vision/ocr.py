@@ -54,6 +54,7 @@ from streamfuse.vision.layout import (
     LayoutLine,
     find_rules,
     layout,
+    same_row,
 )
 from streamfuse.vision.policy import FixedResolution, OcrObservation, OcrPlan, ResolutionPolicy
 from streamfuse.vision.textsize import floor_side_px, smallest_text_height_px
@@ -442,7 +443,7 @@ def drop_bullets(lines: Sequence[OcrLine], *, reach: float = 3.0) -> list[OcrLin
     for ln in lines:
         x0, y0, x1, y1 = ln.box
         h = max(1.0, y1 - y0)
-        row = [o for o in lines if o is not ln and _same_row(o.box, ln.box)]
+        row = [o for o in lines if o is not ln and same_row(o.box, ln.box)]
         if any(x0 - reach * h <= o.box[2] <= x0 + 0.2 * h and o.box[0] < x0 for o in row):
             out.append(ln)  # not at the start of a line
             continue
@@ -481,7 +482,7 @@ def drop_double_reads(lines: Sequence[OcrLine]) -> list[OcrLine]:
         if len(a.words) < 2:
             continue
         for b in out:
-            if b is a or not _same_row(a.box, b.box):
+            if b is a or not same_row(a.box, b.box):
                 continue
             ends = (a.words[-1], a.words[0]) if b.box[0] > a.box[0] else (a.words[0],)
             for w in ends:
@@ -503,11 +504,6 @@ def drop_double_reads(lines: Sequence[OcrLine]) -> list[OcrLine]:
                     out[i] = a
                     break
     return out
-
-
-def _same_row(a: Box, b: Box, overlap: float = 0.5) -> bool:
-    shared = min(a[3], b[3]) - max(a[1], b[1])
-    return shared >= overlap * min(a[3] - a[1], b[3] - b[1])
 
 
 def join_lines(lines: Sequence[LayoutLine[OcrLine]]) -> list[OcrLine]:
