@@ -359,3 +359,54 @@ def test_agreeing_passes_make_no_revision(clip: np.ndarray) -> None:
     events, _ = asyncio.run(_run(AsrStage(AsrConfig(**_FAST), transcriber=fake), clip))
     assert not [e for e in events if e.type == "asr_revision"]
     assert _speech(events) == [w for w, _, _ in _truth_words()]
+
+
+class ShortSightedTranscriber(ScriptedTranscriber):
+    """Mishears `word` as `heard` unless the audio goes on `context_s` past the word's end:
+    a word Whisper gets right only with what is said after it."""
+
+    def __init__(self, audio: np.ndarray, script: list[tuple[str, float, float]], word: str,
+                 heard: str, context_s: float) -> None:  # fmt: skip
+        super().__init__(audio, script)
+        self.word, self.heard, self.context_s = word, heard, context_s
+        self.spans: list[tuple[float, float]] = []
+
+    def transcribe(self, audio: np.ndarray, prompt: str = "", **kwargs: object) -> list[Word]:
+        words = super().transcribe(audio, prompt, **kwargs)  # type: ignore[arg-type]
+        t0 = self._offset(audio)
+        t1 = t0 + len(audio) / SR
+        self.spans.append((t0, t1))
+        return [
+            Word(" " + self.heard, w.t_start, w.t_end, 0.9)
+            if w.word.strip() == self.word and t0 + w.t_end + self.context_s > t1
+            else w
+            for w in words
+        ]
+
+
+@pytest.mark.parametrize("context_s", [8.0, 0.0])
+def test_a_lookback_revises_an_earlier_utterance_heard_with_what_followed(
+    clip: np.ndarray, context_s: float
+) -> None:
+    """Whisper reads some words right only with the words after them. The first utterance's
+    "spoken" is misheard by every pass of that utterance (its audio ends too soon after it);
+    the next utterance's end pass, reaching back `revise_lookback_s`, hears it with what
+    followed and revises it. Without the lookback it stays wrong. With `context_s` 0 the
+    buffer restarts at each utterance end: the audio comes from the lookback store."""
+    script = _truth_words()
+
+    def run(lookback: float) -> tuple[list[EventFrame], ShortSightedTranscriber]:
+        fake = ShortSightedTranscriber(clip, script, "words.", "birds.", context_s=3.0)
+        config = AsrConfig(**_FAST, context_s=context_s, revise_lookback_s=lookback)
+        return asyncio.run(_run(AsrStage(config, transcriber=fake), clip))[0], fake
+
+    events, _ = run(0.0)
+    assert "birds." in _speech(events)
+    events, fake = run(20.0)
+    assert _speech(events) == [w for w, _, _ in script]
+    revisions = [e.payload.fields() for e in events if e.type == "asr_revision"]
+    assert [(r["replaced_text"], r["text"]) for r in revisions] == [("birds.", "words.")]
+    # The pass that revised it began at the stream's start (a clean point, no word cut) and
+    # every pass stays within one Whisper window.
+    assert any(t0 <= 0.5 and t1 > 7.0 for t0, t1 in fake.spans)
+    assert all(t1 - t0 <= 28.0 + 1.0 for t0, t1 in fake.spans)

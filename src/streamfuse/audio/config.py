@@ -173,6 +173,15 @@ class AsrConfig(BaseModel):
         description="No revision when the full pass heard fewer words than this share of the "
         "utterance's commits (it dropped the speech as silence or noise).",
     )
+    revise_lookback_s: float = Field(
+        0.0,
+        ge=0.0,
+        le=28.0,
+        description="With `revise`: the full pass at an utterance end also hears the audio of "
+        "the utterances that ended within this many seconds before it (whole utterances; the "
+        "pass stays one 30 s window) and revises their words too, now heard with what "
+        "followed them (offline decoding's advantage). 0: only the current utterance.",
+    )
     prime_max_terms: int = Field(
         0,
         ge=0,

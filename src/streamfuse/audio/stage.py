@@ -81,6 +81,11 @@ class AsrStage(Stage):
         self._chunks: list[np.ndarray] = []
         self._n = 0
         self._buf_t0: float | None = None
+        # Audio cut from the front of the buffer, kept `revise_lookback_s` for the utterance-end
+        # pass (contiguous: it ends where the buffer starts), and the utterance ends inside it.
+        self._past: list[np.ndarray] = []
+        self._past_n = 0
+        self._ends_past: list[float] = []
         # Arrival wall time of each received window, keyed by the window's end (media time).
         self._arr_t: list[float] = []
         self._arr_wall: list[float] = []
@@ -90,11 +95,11 @@ class AsrStage(Stage):
         self._hyp_end = float("-inf")  # buffer end the pending hypothesis was computed on
         self._hyp_full = False  # ... and whether it came from a full-window pass
         self._utterance_ends: list[float] = []  # cut points (silences) inside the buffer
-        self._history: deque[Word] = deque(maxlen=200)  # committed words (prompt, trims)
-        self._utterance: list[Word] = []  # committed words of the current utterance in the buffer
-        self._utterance_cut = False  # ... and whether the buffer was trimmed inside it
+        # Committed words in their latest form (prompt, trims, revisions).
+        self._history: deque[Word] = deque(maxlen=400)
         self._utterance_from = float("-inf")  # where the words committed before it end
-        self._full_hyp: list[Word] = []  # the last full-window hypothesis, whole
+        self._full_hyp: list[Word] = []  # the last full-window hypothesis, whole...
+        self._full_start = 0.0  # ... and the media time its audio started at
         self._last_partial = ""
         #: Work counters (benchmarks, stats): inferences run, seconds spent, audio received.
         self.inferences = 0
@@ -164,7 +169,7 @@ class AsrStage(Stage):
         )
         if due or pause:
             # The pause update is the one an utterance-end commit reuses: full window.
-            async for out in self._update(fast=cfg.fast_updates and not pause):
+            async for out in self._update(fast=cfg.fast_updates and not pause, closing=pause):
                 yield out
 
     async def flush(self) -> AsyncIterator[Frame]:
@@ -172,7 +177,9 @@ class AsrStage(Stage):
         if self._buf_t0 is None:
             return
         if self._speech_start is not None and self._n > 0:
-            for out in self._close_utterance(await self._transcribe(self._buf_end)):
+            start = self._lookback_start(self._buf_end)
+            words = await self._transcribe(self._buf_end, start=start)
+            for out in self._close_utterance(words, self._buf_t0 if start is None else start):
                 yield out
         else:
             committed = self._policy.commit_all()
@@ -184,13 +191,17 @@ class AsrStage(Stage):
         self._speech_start = None
 
     # -- the policy -----------------------------------------------------------------------
-    async def _update(self, *, fast: bool = False) -> AsyncIterator[Frame]:
+    async def _update(self, *, fast: bool = False, closing: bool = False) -> AsyncIterator[Frame]:
+        """Re-transcribe the buffer and commit what the policy allows. `closing`: the pass at
+        a pause, which the utterance end reuses (so it hears the lookback too)."""
         end = self._buf_end
-        words = await self._transcribe(end, fast=fast)
+        start = self._lookback_start(end) if closing else None
+        words = await self._transcribe(end, fast=fast, start=start)
         self._last_update_end = self._hyp_end = end
         self._hyp_full = not fast
         if not fast:
             self._full_hyp = words
+            self._full_start = start if start is not None else (self._buf_t0 or 0.0)
         assert self._buf_t0 is not None
         waiting_since = max(self._policy.committed_end, self._speech_start or self._buf_t0)
         if fast and end - waiting_since < self.config.max_pending_s:
@@ -219,18 +230,26 @@ class AsrStage(Stage):
         """An utterance ended (VAD silence): commit its whole hypothesis, restart the buffer."""
         cfg = self.config
         cut = min(self._buf_end, speech_end + cfg.speech_pad_s)
-        if self._hyp_full and self._hyp_end >= speech_end + cfg.pause_update_s - 0.05:
+        lookback = self._lookback_start(cut)
+        start = self._buf_t0 if lookback is None else lookback
+        assert start is not None
+        if (
+            self._hyp_full
+            and self._hyp_end >= speech_end + cfg.pause_update_s - 0.05
+            and self._full_start <= start
+        ):
             # The last hypothesis already saw the speech end and a pause after it: commit it
             # as is instead of paying for one more inference.
-            hypothesis = self._full_hyp
+            hypothesis, start = self._full_hyp, self._full_start
         else:
-            hypothesis = await self._transcribe(cut)
-        for out in self._close_utterance(hypothesis):
+            hypothesis = await self._transcribe(cut, start=lookback)
+        for out in self._close_utterance(hypothesis, start):
             yield out
         partial = self._partial_event([])
         if partial is not None:
             yield partial
         self._utterance_ends.append(cut)
+        self._ends_past.append(cut)
         self._keep_context()
         if self.config.context_s == 0:
             self._policy.reset_context()
@@ -238,54 +257,66 @@ class AsrStage(Stage):
         self._hyp_end = float("-inf")
         self._hyp_full = False
         self._full_hyp = []
-        self._utterance = []
-        self._utterance_cut = False
         self._utterance_from = self._policy.committed_end
 
-    def _close_utterance(self, hypothesis: list[Word]) -> list[EventFrame]:
-        """The utterance ended: its full-window `hypothesis` corrects what was committed of it
-        (an `asr_revision`, when `revise` is on and they differ) and commits the rest."""
+    def _close_utterance(self, hypothesis: list[Word], start: float) -> list[EventFrame]:
+        """The utterance ended: its full-window `hypothesis` (of the audio from media time
+        `start`) corrects what was committed of it, and with a lookback of the utterances
+        before (`asr_revision` events, when `revise` is on and they differ); it commits the
+        rest."""
         new = self._policy.new_words(hypothesis)
         heard = hypothesis[: len(hypothesis) - len(new)]  # what it says of committed time
         events: list[EventFrame] = []
         if self.config.revise:
-            revision = self._revision(heard)
-            if revision is not None:
-                events.append(revision)
+            events += self._revisions(heard, start)
         committed = self._policy.commit_all(hypothesis)
         if committed:
             events.append(self._asr_event(committed))
         return events
 
-    def _revision(self, heard: list[Word]) -> EventFrame | None:
-        """Compare the committed words of this utterance still in the buffer with what the
-        full pass `heard` over the same time; a revision event where they differ."""
-        mine = self._utterance
+    def _revisions(self, heard: list[Word], start: float) -> list[EventFrame]:
+        """Compare the committed words the full pass could hear with what it `heard` over the
+        same time (its audio from media time `start`); a revision event per stretch where they
+        differ. The scope is the current utterance, and with `revise_lookback_s` the earlier
+        utterances in the pass's audio: heard again with what followed them."""
+        cfg = self.config
+        tol = self._policy.time_tolerance_s
+        # Words of earlier utterances the pass heard only as context are not revised without a
+        # lookback: the same time rule as the policy's for what is new.
+        since = self._utterance_from
+        if cfg.revise_lookback_s > 0:
+            since = min(start, since)
+        scope = [w for w in self._history if w.t_start > since - tol]
+        mine = [w for w in scope if w.t_start >= start - 0.05]
+        # Committed words in scope whose audio the pass did not get (the buffer was trimmed
+        # inside the utterance): the pass heard a cut word where its audio starts, without its
+        # context; correct only after the first word both readings agree on.
+        cut = len(mine) < len(scope)
         if not mine:
-            return None
-        # Words of earlier utterances (kept in the buffer as context) are not this one's: the
-        # same time rule as the policy's for what is new.
-        since = self._utterance_from - self._policy.time_tolerance_s
-        heard = [w for w in heard if w.t_start > since]
-        if len(heard) < self.config.revise_min_share * len(mine):
-            return None  # the full pass lost most of it (a no-speech drop): keep the commits
+            return []
+        heard = [w for w in heard if w.t_start > since - tol]
+        if len(heard) < cfg.revise_min_share * len(mine):
+            return []  # the full pass lost most of it (a no-speech drop): keep the commits
         ops = SequenceMatcher(None, [w.key for w in mine], [w.key for w in heard], autojunk=False)
-        changes = [op for op in ops.get_opcodes() if op[0] != "equal"]
-        if not changes:
-            return None
-        if self._utterance_cut:
-            # The buffer was trimmed inside this utterance: where it now starts, the full pass
-            # heard a cut word and lost its context; correct only after the first agreement.
-            first_equal = next((op for op in ops.get_opcodes() if op[0] == "equal"), None)
+        opcodes = ops.get_opcodes()
+        if cut:
+            first_equal = next((op for op in opcodes if op[0] == "equal"), None)
             if first_equal is None:
-                return None
-            changes = [op for op in changes if op[1] >= first_equal[2]]
-            if not changes:
-                return None
-        replaced = [w for op in changes for w in mine[op[1] : op[2]]]
-        words = [w for op in changes for w in heard[op[3] : op[4]]]
+                return []
+            opcodes = [op for op in opcodes if op[1] >= first_equal[2]]
+        events = []
+        for tag, i1, i2, j1, j2 in opcodes:
+            replaced, words = mine[i1:i2], heard[j1:j2]
+            if tag == "equal":
+                continue
+            if cfg.revise_lookback_s > 0 and len(words) < cfg.revise_min_share * len(replaced) - 1:
+                continue  # a stretch the long pass dropped (no-speech): keep the commits
+            events.append(self._revision_event(replaced, words))
+        return events
+
+    def _revision_event(self, replaced: list[Word], words: list[Word]) -> EventFrame:
+        """`replaced` committed words are read as `words`: update the history, build the event."""
         gone = set(map(id, replaced))
-        self._utterance = _replaced(self._utterance, gone, words)
         self._history = deque(_replaced(self._history, gone, words), maxlen=self._history.maxlen)
         span = [*replaced, *words]
         arrival = self._arrival_of(max(w.t_end for w in span))
@@ -324,15 +355,23 @@ class AsrStage(Stage):
             t = self._buf_end - cfg.trim_after_s / 2
         self._cut(min(t, self._buf_end - 1.0))
 
-    async def _transcribe(self, until: float, *, fast: bool = False) -> list[Word]:
-        """Recognise the buffer up to media time `until`; words in media time, guarded."""
+    async def _transcribe(
+        self, until: float, *, fast: bool = False, start: float | None = None
+    ) -> list[Word]:
+        """Recognise the buffer up to media time `until` (from `start` when given: reaching back
+        into the audio kept before the buffer); words in media time, guarded."""
         assert self._transcriber is not None and self._buf_t0 is not None
-        t0 = self._buf_t0
-        n = min(self._n, max(0, round((until - t0) * AUDIO_SAMPLE_RATE_HZ)))
+        n = min(self._n, max(0, round((until - self._buf_t0) * AUDIO_SAMPLE_RATE_HZ)))
         if n < AUDIO_SAMPLE_RATE_HZ // 10:
             return []
         audio = self._audio()[:n]
-        prompt = self._prompt()
+        t0 = self._buf_t0
+        if start is not None and start < t0 and self._past_n:
+            k = min(self._past_n, round((t0 - start) * AUDIO_SAMPLE_RATE_HZ))
+            audio = np.concatenate([self._past_audio()[-k:], audio])
+            t0 -= k / AUDIO_SAMPLE_RATE_HZ
+            n = len(audio)
+        prompt = self._prompt(t0)
         terms = self._terms(until)
         started = time.perf_counter()
         raw = await self.run_blocking(
@@ -366,7 +405,6 @@ class AsrStage(Stage):
     # -- events ---------------------------------------------------------------------------
     def _asr_event(self, words: Sequence[Word]) -> EventFrame:
         self._history.extend(words)
-        self._utterance.extend(words)
         arrival = self._arrival_of(words[-1].t_end)
         instruments().asr_commit_latency.record(
             max(0.0, now_wall() - arrival), {"stage": self.name}
@@ -422,6 +460,7 @@ class AsrStage(Stage):
         samples = np.asarray(frame.samples, dtype=np.float32).reshape(-1)
         if self._buf_t0 is None:
             self._buf_t0 = frame.t_media
+            self._ends_past = [frame.t_media]  # the stream's start: no word is cut there
             self._stream_id = frame.stream_id
             assert self._vad is not None
             self._vad.reset(frame.t_media)
@@ -450,14 +489,38 @@ class AsrStage(Stage):
         k = min(self._n, max(0, round((t - self._buf_t0) * AUDIO_SAMPLE_RATE_HZ)))
         if k == 0:
             return
-        audio = self._audio()[k:]
-        self._chunks = [audio] if len(audio) else []
-        self._n = len(audio)
+        audio = self._audio()
+        self._chunks = [audio[k:]] if len(audio) > k else []
+        self._n = len(audio) - k
         self._buf_t0 += k / AUDIO_SAMPLE_RATE_HZ
-        # Committed words whose audio is gone can no longer be revised (nor kept: long speech).
-        kept = [w for w in self._utterance if w.t_start >= self._buf_t0 - 0.05]
-        if len(kept) < len(self._utterance):
-            self._utterance, self._utterance_cut = kept, True
+        cfg = self.config
+        keep = round(cfg.revise_lookback_s * AUDIO_SAMPLE_RATE_HZ) if cfg.revise else 0
+        if keep == 0:
+            return
+        # The cut audio goes to the lookback store, trimmed to `revise_lookback_s`.
+        self._past.append(audio[:k])
+        self._past_n += k
+        if self._past_n > keep + AUDIO_SAMPLE_RATE_HZ:
+            past = self._past_audio()[-keep:]
+            self._past, self._past_n = [past], len(past)
+        past_t0 = self._buf_t0 - self._past_n / AUDIO_SAMPLE_RATE_HZ
+        self._ends_past = [t for t in self._ends_past if t >= past_t0 - 1e-6]
+
+    def _past_audio(self) -> np.ndarray:
+        if len(self._past) > 1:
+            self._past = [np.concatenate(self._past)]
+        return self._past[0] if self._past else np.zeros(0, np.float32)
+
+    def _lookback_start(self, until: float) -> float | None:
+        """Where the full pass ending at media time `until` starts its audio: the earliest
+        utterance end within `revise_lookback_s` kept before the buffer (never inside a word),
+        else the buffer's start (None)."""
+        cfg = self.config
+        if not (cfg.revise and cfg.revise_lookback_s > 0) or self._buf_t0 is None:
+            return None
+        past_t0 = self._buf_t0 - self._past_n / AUDIO_SAMPLE_RATE_HZ
+        lo = max(until - cfg.revise_lookback_s, past_t0 - 1e-6)
+        return min((t for t in self._ends_past if lo <= t < self._buf_t0), default=None)
 
     def _keep_context(self) -> None:
         """Between utterances: keep the newest whole utterances within `context_s` (Whisper
@@ -502,12 +565,13 @@ class AsrStage(Stage):
             return []
         return screen.terms(t, self._transcriber.token_count, cfg.prime_max_terms)
 
-    def _prompt(self) -> str:
-        """Committed text that precedes the buffer (text inside it would be skipped)."""
+    def _prompt(self, t0: float) -> str:
+        """Committed text that precedes media time `t0`, where the audio transcribed starts
+        (text inside that audio would be skipped)."""
         limit = self.config.prompt_chars
-        if limit == 0 or self._buf_t0 is None:
+        if limit == 0:
             return ""
-        before = [w for w in self._history if w.t_end <= self._buf_t0 + 1e-3]
+        before = [w for w in self._history if w.t_end <= t0 + 1e-3]
         text = join_words(before)
         if len(text) > limit:
             text = text[-limit:].split(" ", 1)[-1]  # start at a word boundary
