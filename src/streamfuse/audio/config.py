@@ -174,13 +174,19 @@ class AsrConfig(BaseModel):
         "utterance's commits (it dropped the speech as silence or noise).",
     )
     revise_lookback_s: float = Field(
-        0.0,
+        20.0,
         ge=0.0,
         le=28.0,
         description="With `revise`: the full pass at an utterance end also hears the audio of "
         "the utterances that ended within this many seconds before it (whole utterances; the "
         "pass stays one 30 s window) and revises their words too, now heard with what "
         "followed them (offline decoding's advantage). 0: only the current utterance.",
+    )
+    revise_confidence: bool = Field(
+        False,
+        description="A revision replaces a stretch of committed words only where the full pass "
+        "reads it more confidently (higher mean log word probability, each reading as its own "
+        "pass gave it).",
     )
     prime_max_terms: int = Field(
         0,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -311,6 +312,8 @@ class AsrStage(Stage):
                 continue
             if cfg.revise_lookback_s > 0 and len(words) < cfg.revise_min_share * len(replaced) - 1:
                 continue  # a stretch the long pass dropped (no-speech): keep the commits
+            if cfg.revise_confidence and not _more_confident(words, replaced):
+                continue
             events.append(self._revision_event(replaced, words))
         return events
 
@@ -576,6 +579,21 @@ class AsrStage(Stage):
         if len(text) > limit:
             text = text[-limit:].split(" ", 1)[-1]  # start at a word boundary
         return text
+
+
+def _more_confident(new: Sequence[Word], old: Sequence[Word]) -> bool:
+    """Is the reading `new` of a stretch more confident than `old` (mean log word probability,
+    each as its own pass gave it)? Words added where none were committed need p >= 0.5 on
+    average, and committed words are deleted only where their mean p is below 0.5."""
+    if not old:
+        return sum(w.p for w in new) / len(new) >= 0.5
+    if not new:
+        return sum(w.p for w in old) / len(old) < 0.5
+    return _mean_log_p(new) > _mean_log_p(old)
+
+
+def _mean_log_p(words: Sequence[Word]) -> float:
+    return sum(math.log(max(w.p, 1e-4)) for w in words) / len(words)
 
 
 def _replaced(words: Iterable[Word], gone: set[int], new: Sequence[Word]) -> list[Word]:
