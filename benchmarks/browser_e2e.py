@@ -187,7 +187,8 @@ def browser_run(
         if e["type"] != "stats":
             e["t_start"] += offset
             e["t_end"] += offset
-            for w in e.get("words", []):
+            # Every word, the ones a revision replaces too: they are matched by text and times.
+            for w in [*e.get("words", []), *e.get("replaced", [])]:
                 w["t_start"] += offset
                 w["t_end"] += offset
     info = {
