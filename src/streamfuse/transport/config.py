@@ -48,6 +48,13 @@ class TransportConfig(BaseModel):
         "mid-grey marks (coloured bullets) come out as heavy ink at 2 levels, which the "
         "recognizer reads as characters the original does not show (docs/edge-cloud.md).",
     )
+    noisy_flat_span: int = Field(
+        32,
+        ge=0,
+        le=255,
+        description="Noisy frames: a patch whose grey range is under this (paper, no ink) is "
+        "sent as one grey, no pixels (0: never).",
+    )
     min_scale: float = Field(
         0.25, gt=0.0, le=1.0, description="The smallest scale `text_px` may choose."
     )
