@@ -358,3 +358,24 @@ def test_cells_not_sent_take_the_paper_grey_around_them_not_one_grey_for_all() -
         assert abs(int(inside) - outside) < 12, (x0, inside, outside)
     # Far from any text the frame's median grey stays.
     assert abs(int(np.median(grey[300:, :])) - int(np.median(image[..., 0]))) < 30
+
+
+def test_paper_only_patches_of_a_noisy_frame_go_as_one_grey_and_text_as_before() -> None:
+    frame, boxes = _big_text_slide()
+    grain = np.random.default_rng(5).normal(0, 4, frame.image.shape)
+    camera = dataclasses.replace(frame, image=np.clip(frame.image + grain, 0, 255).astype(np.uint8))
+    flat = TransportConfig(text_px=0, noisy_text_px=0, text_pad_px=16)
+    noise = flat.model_copy(update={"noisy_flat_span": 0})
+    a, b = (encode_patches(camera, boxes, 1.0, c) for c in (flat, noise))
+    assert a.kept == b.kept and len(a.payload) < 0.9 * len(b.payload)
+    ga, gb = (
+        decode_patches(m.payload, m.shape, stream_id="s", arrival_wall=0.0).image[..., 0]
+        for m in (a, b)
+    )
+    tiles = [g[:352, :640].reshape(22, 16, 40, 16).transpose(0, 2, 1, 3) for g in (ga, gb)]
+    span = np.ptp(tiles[1], axis=(2, 3))
+    ink = span >= 32
+    # Cells holding ink rebuild the same pixels; paper-only cells of the padding are one grey.
+    assert ink.sum() > 20 and np.array_equal(tiles[0][ink], tiles[1][ink])
+    paper = (span > 0) & ~ink
+    assert paper.sum() > 20 and (np.ptp(tiles[0][paper], axis=(1, 2)) == 0).all()

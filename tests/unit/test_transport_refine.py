@@ -20,7 +20,7 @@ from streamfuse.transport.patches import (
     encode_patches,
 )
 from streamfuse.transport.policy import DeadlineKeepPolicy
-from streamfuse.transport.refine import Refiner
+from streamfuse.transport.refine import Refiner, refine_config
 from streamfuse.transport.udp import LinkEstimate, RttEstimator, UdpReceiver, UdpSender
 from streamfuse.transport.wire import Kind, Modality, Packet, WireError
 from streamfuse.vision.frames import KeyFrame
@@ -164,7 +164,7 @@ async def _refine(budget: float | None, *, stop_after_start: bool = False) -> di
     await rx.close()
     await consumer
     await tx.close()
-    finest = encode_patches(page, boxes, 1.0, config)
+    finest = encode_patches(page, boxes, 1.0, refine_config(config))
     return {
         "parts": parts,
         "refiner": refiner,
@@ -177,7 +177,7 @@ async def _refine(budget: float | None, *, stop_after_start: bool = False) -> di
 def test_the_refiner_sends_parts_within_the_budget_until_the_cloud_holds_the_finest_coding() -> (
     None
 ):
-    finest_bytes = len(encode_patches(*_filmed_page(), 1.0, CONFIG).payload)
+    finest_bytes = len(encode_patches(*_filmed_page(), 1.0, refine_config(CONFIG)).payload)
     budget = finest_bytes / 2.2
     r = asyncio.run(_refine(budget))
     parts, refiner = r["parts"], r["refiner"]
@@ -199,7 +199,7 @@ def test_the_refiner_sends_parts_within_the_budget_until_the_cloud_holds_the_fin
 def test_the_refiner_stops_for_a_new_key_frame_and_skips_a_link_too_slow_for_it() -> None:
     stopped = asyncio.run(_refine(1e9, stop_after_start=True))
     assert stopped["parts"] == []
-    finest_bytes = len(encode_patches(*_filmed_page(), 1.0, CONFIG).payload)
+    finest_bytes = len(encode_patches(*_filmed_page(), 1.0, refine_config(CONFIG)).payload)
     slow = asyncio.run(_refine(finest_bytes / 10))  # > 10 parts: not worth it
     assert slow["parts"] == []
     # No budget known: the finest coding in one part.

@@ -48,6 +48,13 @@ class TransportConfig(BaseModel):
         "mid-grey marks (coloured bullets) come out as heavy ink at 2 levels, which the "
         "recognizer reads as characters the original does not show (docs/edge-cloud.md).",
     )
+    noisy_flat_span: int = Field(
+        32,
+        ge=0,
+        le=255,
+        description="Noisy frames: a patch whose grey range is under this (paper, no ink) is "
+        "sent as one grey, no pixels (0: never).",
+    )
     min_scale: float = Field(
         0.25, gt=0.0, le=1.0, description="The smallest scale `text_px` may choose."
     )
@@ -135,6 +142,18 @@ class TransportConfig(BaseModel):
         "reads it again. Off by default: on the 200 kbit/s dense document it brought the "
         "cloud's read to 1.5-2 points from the local one 2-4 s after each key frame in two "
         "runs, but cost messages in time in two others (docs/edge-cloud.md).",
+    )
+    refine_noisy_text_px: int = Field(
+        26,
+        ge=0,
+        le=256,
+        description="`noisy_text_px` of a refinement's parts (clean frames: `text_px`). On "
+        "filmed dense documents (20 px type) the smallest line 26 px tall at 2 grey levels "
+        "read 0.6 points from the original frames in fewer bytes than the noisy coding "
+        "(20 px, 4 levels: 1.6 points; docs/edge-cloud.md).",
+    )
+    refine_noisy_grey_levels: int = Field(
+        2, ge=2, le=16, description="`noisy_grey_levels` of a refinement's parts."
     )
     min_keep: float = Field(
         0.05, gt=0.0, le=1.0, description="The deadline policy never keeps less than this."

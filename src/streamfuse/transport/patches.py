@@ -333,6 +333,14 @@ def encode_patches(
     kept = tiles[keep]
     lo = kept.min(axis=(1, 2)) if k else np.zeros(0, dtype=np.uint8)
     hi = kept.max(axis=(1, 2)) if k else np.zeros(0, dtype=np.uint8)
+    if noisy and k and config.noisy_flat_span > 0:
+        # Paper only (no ink): one grey (index 0 everywhere, lo = hi), nothing for LZMA to
+        # code. Quantized to levels, a camera's noise on paper is random indices.
+        flat_cell = (hi.astype(np.int16) - lo) < config.noisy_flat_span
+        mid = kept.reshape(k, -1).mean(axis=1).round().astype(np.uint8)
+        lo = np.where(flat_cell, mid, lo).astype(np.uint8)
+        hi = np.where(flat_cell, mid, hi).astype(np.uint8)
+        kept = np.where(flat_cell[:, None, None], mid[:, None, None], kept)
     levels = config.grey_levels
     if fine:
         levels = config.noisy_grey_levels if noisy_levels is None else noisy_levels

@@ -29,9 +29,10 @@ Encoder = Callable[[float, Step], PatchMessage]
 #: The deadline policy's first steps: 0.8 x and 0.65 x the clean frames' text size at 2 grey
 #: levels for every frame (a noisy one too).
 LEGACY_LADDER: tuple[Step, ...] = ((0.8, None), (0.65, None))
-#: The deadline policy's coarser steps, finest first. Still `LEGACY_LADDER`: the study that
-#: would choose steps such as (0.8, 3) from measured bytes and CER
-#: (benchmarks/cap_coding.py) did not finish on the shared machine (docs/edge-cloud.md).
+#: The deadline policy's coarser steps, finest first: `LEGACY_LADDER`, now measured
+#: (benchmarks/cap_coding.py, two filmed dense documents): per byte, 2 grey levels at a larger
+#: scale read better than 3 or 4 at a smaller one (26 px x 2 levels 1.0% CER in 32-42 KB,
+#: 18 px x 4 levels 3.8% in 34-50 KB), so the steps stay at 2 levels (docs/edge-cloud.md).
 LADDER: tuple[Step, ...] = LEGACY_LADDER
 
 

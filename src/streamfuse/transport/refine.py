@@ -3,16 +3,16 @@
 On a slow link the deadline policy sends a key frame that does not fit its budget coarser
 (smaller, fewer grey levels) so that it arrives in time. Text sent too small reads worse, and
 the link is idle again once that message is through. `Refiner` then sends the same frame at its
-finest coding, in parts of at most `PART_SHARE` of the deadline budget: part j holds the text
-patches of the j-th horizontal band of the frame, and copies every other patch from the cloud's
-copy of the frame (the coarse message, then the parts before it; delivery in sequence order
-makes the cloud hold it when the part arrives). A part is sent when it fits the deadline
-budget left behind what is queued (else once the message before it is acknowledged), and at
-most two are in flight (part j waits for the acknowledgement of part j - 2), so the link stays
-busy without a queue that a new key frame would wait behind. A new key frame stops the refinement
-(the new picture goes first, behind at most the parts in flight); a message lost past its
-deadline ends it. The cloud needs nothing new: a part is a key-frame message of the same frame,
-which its OCR reads again.
+finest coding (a noisy frame: `refine_noisy_text_px` at `refine_noisy_grey_levels`), in parts
+of at most `PART_SHARE` of the deadline budget: part j holds the text patches of the j-th
+horizontal band of the frame, and copies every other patch from the cloud's copy of the frame
+(the coarse message, then the parts before it; delivery in sequence order makes the cloud hold
+it when the part arrives). A part is sent when it fits the deadline budget left behind what is
+queued (else once the message before it is acknowledged), and at most two are in flight (part
+j waits for the acknowledgement of part j - 2), so the link stays busy without a queue that a
+new key frame would wait behind. A new key frame stops the refinement (the new picture goes
+first, behind at most the parts in flight); a message lost past its deadline ends it. The cloud
+needs nothing new: a part is a key-frame message of the same frame, which its OCR reads again.
 """
 
 from __future__ import annotations
@@ -51,6 +51,17 @@ _PART_MARGIN = 1.25
 #: A part takes at most this share of the deadline budget (two are in flight: a key frame
 #: sent meanwhile finds at most ~1.2 budgets queued ahead, ~0.6 on average).
 PART_SHARE = 0.6
+
+
+def refine_config(config: TransportConfig) -> TransportConfig:
+    """`config` as a refinement codes a frame: a noisy one at `refine_noisy_text_px` and
+    `refine_noisy_grey_levels` (clean frames as configured)."""
+    return config.model_copy(
+        update={
+            "noisy_text_px": config.refine_noisy_text_px,
+            "noisy_grey_levels": config.refine_noisy_grey_levels,
+        }
+    )
 
 
 class Refiner:
@@ -98,7 +109,7 @@ class Refiner:
         self.stop()
 
     async def _run(self, key: KeyFrame, boxes: list[BBox], seq: int, ref: Reference) -> None:
-        config = self.config
+        config = refine_config(self.config)
         full = await asyncio.to_thread(encode_patches, key, boxes, 1.0, config)
         parts = 0
         sent = [seq]  # the coarse message, then each part
@@ -146,4 +157,4 @@ class Refiner:
                 return
 
 
-__all__ = ["Refiner"]
+__all__ = ["Refiner", "refine_config"]
