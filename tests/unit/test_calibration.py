@@ -377,11 +377,13 @@ def _script_voices() -> set[str]:
 
 def test_fresh_sets_share_no_face_voice_topic_slide_theme_or_seed_with_earlier_clips() -> None:
     bench, fs_mod = _fresh()
+    import make_layout_dev_set  # registers the URW faces the layout dev set draws with
     import make_ocr_hard_set as hard
     import make_speech_set as mss
     from make_demo_clip import FONTS
 
     used_files = {path for name, path in FONTS.items() if name not in fs_mod.FRESH_FACES}
+    assert any("urw-base35" in path for path in used_files)  # the layout dev set's faces count
     assert not set(fs_mod.FRESH_FACES.values()) & used_files
     used = _script_voices()
     assert {"en-us+m1", "en-gb+Gene", "en-gb-scotland"} <= used  # the scan finds them
@@ -393,7 +395,7 @@ def test_fresh_sets_share_no_face_voice_topic_slide_theme_or_seed_with_earlier_c
     old_sentences = {s for t in old_topics.values() for s in t.sentences}
     old_names = {s.name for split in hard.SPLITS.values() for s in split()}
     seeds: list[range] = []
-    assert len(fs_mod.FRESH_SETS) >= 2
+    assert len(fs_mod.FRESH_SETS) >= 3
     for fs in fs_mod.FRESH_SETS.values():
         assert set(fs.faces) <= set(fs_mod.FRESH_FACES)
         assert len(set(fs.voices)) == len(fs.voices)
@@ -440,10 +442,13 @@ def test_fresh_slides_are_laid_out_unlike_every_earlier_slide() -> None:
             elif isinstance(it, hard.Photo):
                 out.add(("photo", *it.box))
             else:
-                out.add(("text", it.x, it.y, it.align))
+                out.add(("text", it.x, it.y, getattr(it, "align", "left")))  # Bullets: left
         return out
 
+    import make_layout_dev_set
+
     earlier = [anchors(s) for split in hard.SPLITS.values() for s in split()]
+    earlier += [anchors(s) for s in make_layout_dev_set.slides()]
     for fs in fs_mod.FRESH_SETS.values():
         mine = [anchors(s) for s in fs.ocr_slides]
         for slide, a in zip(fs.ocr_slides, mine, strict=True):
