@@ -34,7 +34,10 @@ from make_speech_set import Topic
 
 RGB = tuple[int, int, int]
 
-# Faces no generator names (same three Debian packages). Registered in FONTS here.
+_URW = "/usr/share/fonts/opentype/urw-base35/"  # absolute: FONT_DIR / it is itself
+
+# Faces no generator names (same three Debian packages; fresh-c: fonts-urw-base35). Registered
+# in FONTS here.
 FRESH_FACES: dict[str, str] = {
     "dejavu-sans-oblique": "dejavu/DejaVuSans-Oblique.ttf",
     "dejavu-sans-bold-oblique": "dejavu/DejaVuSans-BoldOblique.ttf",
@@ -61,6 +64,24 @@ FRESH_FACES: dict[str, str] = {
     "free-mono-oblique": "freefont/FreeMonoOblique.ttf",
     "free-serif-italic": "freefont/FreeSerifItalic.ttf",
     "free-serif-bold-italic": "freefont/FreeSerifBoldItalic.ttf",
+    # fresh-c's faces: URW base35 (fonts-urw-base35) italics and obliques; the layout dev set
+    # (scripts/make_layout_dev_set.py) draws with the upright faces of the same families
+    "urw-sans-italic": _URW + "NimbusSans-Italic.otf",
+    "urw-sans-bold-italic": _URW + "NimbusSans-BoldItalic.otf",
+    "urw-narrow-oblique": _URW + "NimbusSansNarrow-Oblique.otf",
+    "urw-narrow-bold-oblique": _URW + "NimbusSansNarrow-BoldOblique.otf",
+    "urw-roman-italic": _URW + "NimbusRoman-Italic.otf",
+    "urw-roman-bold-italic": _URW + "NimbusRoman-BoldItalic.otf",
+    "urw-mono-italic": _URW + "NimbusMonoPS-Italic.otf",
+    "urw-mono-bold-italic": _URW + "NimbusMonoPS-BoldItalic.otf",
+    "urw-c059-italic": _URW + "C059-Italic.otf",
+    "urw-c059-bold-italic": _URW + "C059-BdIta.otf",
+    "urw-p052-italic": _URW + "P052-Italic.otf",
+    "urw-p052-bold-italic": _URW + "P052-BoldItalic.otf",
+    "urw-gothic-oblique": _URW + "URWGothic-BookOblique.otf",
+    "urw-gothic-bold-oblique": _URW + "URWGothic-DemiOblique.otf",
+    "urw-bookman-italic": _URW + "URWBookman-LightItalic.otf",
+    "urw-bookman-bold-italic": _URW + "URWBookman-DemiItalic.otf",
 }
 
 #: What the earlier generators use (checked by tests/unit/test_calibration.py).
@@ -872,7 +893,336 @@ FRESH_B = FreshSet(
     redraws=16,
 )
 
-FRESH_SETS: dict[str, FreshSet] = {s.name: s for s in (FRESH_A, FRESH_B)}
+_VARIANTS_C = [
+    "antonio",
+    "Diogo",
+    "gustave",
+    "Henrique",
+    "iven3",
+    "iven4",
+    "kaukovalta",
+    "marcelo",
+    "Marco",
+    "Mario",
+    "miguel",
+    "Nguyen",
+    "pedro",
+    "RicishayMax",
+    "RicishayMax2",
+    "RicishayMax3",
+    "sandro",
+    "klatt5",
+    "klatt6",
+    "anika",
+    "Storm",
+    "croak",
+    "AnxiousAndy",
+    "Tweaky",
+]
+
+TOPICS_C: dict[str, Topic] = {
+    "glassmaking": Topic(
+        [
+            ["Making glass", "silica sand and soda ash", "annealing in a lehr"],
+            ["Float glass", "molten tin bath", "tempered safety panes"],
+        ],
+        [
+            "Glass starts as silica sand melted together with soda ash and lime.",
+            "Annealing in a lehr lets the glass cool without internal stress.",
+            "Float glass spreads over a bath of molten tin to become perfectly flat.",
+            "Tempered safety panes break into small blunt pieces.",
+        ],
+    ),
+    "hashing": Topic(
+        [
+            ["Hash tables", "open addressing", "load factor and resizing"],
+            ["Collisions", "separate chaining", "cuckoo hashing"],
+        ],
+        [
+            "A hash table maps each key to a bucket through a hash function.",
+            "Open addressing probes the next free slot after a collision.",
+            "When the load factor grows too high the table doubles its size.",
+            "Cuckoo hashing moves an old key to its second home on a clash.",
+        ],
+    ),
+    "bees": Topic(
+        [
+            ["Honey bee colonies", "queen, workers and drones", "the waggle dance"],
+            ["Pollination", "nectar and pollen baskets", "colony collapse disorder"],
+        ],
+        [
+            "A colony has one queen, thousands of workers and a few drones.",
+            "With the waggle dance a forager tells others where the flowers are.",
+            "Workers carry pollen home in baskets on their hind legs.",
+            "Colony collapse disorder empties a hive within a few weeks.",
+        ],
+    ),
+    "bridges": Topic(
+        [
+            ["Bridge design", "suspension cables in tension", "concrete piers in compression"],
+            ["Failure modes", "wind induced resonance", "fatigue cracks in steel"],
+        ],
+        [
+            "The deck of a suspension bridge hangs from cables in tension.",
+            "Concrete piers carry the weight down to the riverbed in compression.",
+            "Wind induced resonance once tore a famous bridge apart.",
+            "Fatigue cracks in steel grow a little with every passing truck.",
+        ],
+    ),
+    "inflation": Topic(
+        [
+            ["Inflation", "consumer price index", "central bank interest rates"],
+            ["Money supply", "quantitative easing", "wage price spiral"],
+        ],
+        [
+            "The consumer price index tracks the cost of a basket of goods.",
+            "Central bank interest rates rise when inflation runs too fast.",
+            "Quantitative easing buys bonds to push money into the economy.",
+            "In a wage price spiral, higher pay and higher prices chase each other.",
+        ],
+    ),
+    "telescopes": Topic(
+        [
+            ["Optical telescopes", "primary mirror aperture", "adaptive optics"],
+            ["Radio astronomy", "dish interferometry", "the cosmic microwave background"],
+        ],
+        [
+            "A larger primary mirror aperture gathers more faint light.",
+            "Adaptive optics bends a thin mirror to cancel the twinkle of the air.",
+            "Dish interferometry links distant antennas into one huge telescope.",
+            "The cosmic microwave background is the oldest light we can see.",
+        ],
+    ),
+}
+
+
+def _ocr_slides_c() -> list[HardSlide]:
+    return [
+        HardSlide(
+            "plain_table_bus_fares",
+            (252, 252, 247),
+            (
+                _tb(["Bus fares"], "urw-gothic-bold-oblique", 48, INK, 100, 50),
+                Table(  # no rules, no bands: a table only its alignment shows
+                    100,
+                    150,
+                    (330, 170, 190),
+                    (
+                        ("Ticket", "Zones", "Price"),
+                        ("Single", "1", "2.40"),
+                        ("Day pass", "1-3", "7.90"),
+                        ("Weekly", "all", "31.00"),
+                    ),
+                    "urw-gothic-oblique",
+                    "urw-gothic-bold-oblique",
+                    28,
+                    "zebra",
+                    INK,
+                    (0, 0, 0),
+                    band=(252, 252, 247),
+                    right=(2,),
+                ),
+            ),
+        ),
+        HardSlide(
+            "code_light_counter",
+            (248, 248, 240),
+            (
+                _tb(["Count the words"], "urw-sans-bold-italic", 42, (40, 40, 120), 70, 36),
+                _tb(
+                    [
+                        "counts = {}",
+                        "for w in text.split():",
+                        "    counts[w] = counts.get(w, 0) + 1",
+                        "total += len(counts)",
+                        "print(f'{total} words')",
+                    ],
+                    "urw-mono-italic",
+                    26,
+                    (30, 30, 30),
+                    90,
+                    140,
+                    spacing=1.55,
+                ),
+            ),
+        ),
+        HardSlide(
+            "two_columns_then_now",
+            (240, 244, 252),
+            (
+                _tb(["Then and now"], "urw-p052-bold-italic", 46, (20, 40, 100), 640, 36, "center"),
+                _tb(["Then"], "urw-p052-bold-italic", 30, (20, 40, 100), 130, 170),
+                _tb(
+                    ["Letters took a week", "One phone per house"],
+                    "urw-p052-italic",
+                    26,
+                    INK,
+                    130,
+                    230,
+                ),
+                _tb(["Now"], "urw-p052-bold-italic", 30, (20, 40, 100), 700, 170),
+                _tb(
+                    ["Messages arrive at once", "A phone in every pocket"],
+                    "urw-p052-italic",
+                    26,
+                    INK,
+                    700,
+                    230,
+                ),
+            ),
+        ),
+        HardSlide(
+            "quadrants_seasons_work",
+            (255, 250, 240),
+            (
+                _tb(["A year on the farm"], "urw-bookman-bold-italic", 42, INK, 70, 30),
+                _tb(["Sow"], "urw-bookman-bold-italic", 28, (120, 70, 0), 150, 150),
+                _tb(
+                    ["Plough the field", "Plant the seed"], "urw-bookman-italic", 22, INK, 150, 200
+                ),
+                _tb(["Tend"], "urw-bookman-bold-italic", 28, (120, 70, 0), 720, 150),
+                _tb(["Pull the weeds", "Water at dusk"], "urw-bookman-italic", 22, INK, 720, 200),
+                _tb(["Reap"], "urw-bookman-bold-italic", 28, (120, 70, 0), 150, 410),
+                _tb(["Cut the wheat", "Stack the bales"], "urw-bookman-italic", 22, INK, 150, 460),
+                _tb(["Rest"], "urw-bookman-bold-italic", 28, (120, 70, 0), 720, 410),
+                _tb(
+                    ["Mend the fences", "Plan next spring"], "urw-bookman-italic", 22, INK, 720, 460
+                ),
+            ),
+        ),
+        HardSlide(
+            "two_photos_side_captions",
+            (245, 245, 245),
+            (
+                Photo((90, 110, 610, 450), seed=42011),
+                Photo((670, 110, 1190, 450), seed=42012),
+                _tb(["Glacier in 1990"], "urw-c059-italic", 24, INK, 350, 480, "center"),
+                _tb(["Glacier in 2020"], "urw-c059-italic", 24, INK, 930, 480, "center"),
+            ),
+        ),
+        HardSlide(
+            "rules_table_planets",
+            (250, 250, 250),
+            (
+                _tb(
+                    ["Moons per planet"],
+                    "urw-roman-bold-italic",
+                    48,
+                    (60, 20, 20),
+                    640,
+                    40,
+                    "center",
+                ),
+                Table(
+                    320,
+                    150,
+                    (320, 160, 160),
+                    (
+                        ("Planet", "Moons", "Rings"),
+                        ("Mars", "2", "no"),
+                        ("Jupiter", "95", "yes"),
+                        ("Saturn", "146", "yes"),
+                        ("Neptune", "16", "yes"),
+                    ),
+                    "urw-roman-italic",
+                    "urw-roman-bold-italic",
+                    28,
+                    "rules",
+                    INK,
+                    (90, 40, 40),
+                    right=(1,),
+                ),
+            ),
+        ),
+        HardSlide(
+            "title_slide_teal",
+            (0, 110, 120),
+            (
+                _tb(["Unit 4"], "urw-narrow-bold-oblique", 70, WHITE, 120, 200),
+                _tb(["Graphs and shortest paths"], "urw-narrow-bold-oblique", 42, WHITE, 120, 310),
+                _tb(["Dijkstra, Bellman-Ford, A*"], "urw-mono-bold-italic", 24, WHITE, 120, 440),
+            ),
+        ),
+        HardSlide(
+            "grid_table_shifts",
+            (255, 255, 255),
+            (
+                _tb(["Lab rota"], "urw-sans-bold-italic", 46, INK, 60, 30),
+                Table(
+                    60,
+                    120,
+                    (220, 260, 260, 240),
+                    (
+                        ("Day", "Morning", "Afternoon", "Room"),
+                        ("Monday", "Priya", "Tomasz", "B12"),
+                        ("Tuesday", "Ines", "Priya", "B14"),
+                        ("Friday", "Tomasz", "Ines", "C3"),
+                    ),
+                    "urw-sans-italic",
+                    "urw-sans-bold-italic",
+                    26,
+                    "grid",
+                    INK,
+                    (60, 60, 60),
+                ),
+            ),
+        ),
+        HardSlide(
+            "photo_banner_and_list",
+            (30, 34, 44),
+            (
+                Photo(
+                    (60, 60, 620, 460),
+                    seed=42021,
+                    text=("Harbour at dawn",),
+                    font="urw-c059-bold-italic",
+                    size_px=32,
+                ),
+                _tb(
+                    ["Boats leave at five", "Nets are mended by noon", "The market opens at six"],
+                    "urw-c059-italic",
+                    26,
+                    (230, 230, 230),
+                    680,
+                    120,
+                    spacing=1.8,
+                ),
+            ),
+        ),
+    ]
+
+
+FRESH_C = FreshSet(
+    name="fresh-c",
+    seed=42_000,
+    topics=TOPICS_C,
+    voices=[f"{ACCENTS[(i + 5) % len(ACCENTS)]}+{v}" for i, v in enumerate(_VARIANTS_C)],
+    slide_faces=[
+        ("urw-sans-italic", "urw-sans-bold-italic"),
+        ("urw-roman-italic", "urw-roman-bold-italic"),
+        ("urw-gothic-oblique", "urw-gothic-bold-oblique"),
+        ("urw-bookman-italic", "urw-bookman-bold-italic"),
+        ("urw-narrow-oblique", "urw-p052-bold-italic"),
+        ("urw-mono-italic", "urw-c059-bold-italic"),
+    ],
+    themes=[
+        ((255, 248, 235), (90, 30, 60)),  # plum on cream
+        ((15, 25, 45), (150, 220, 255)),  # sky blue on midnight
+        ((235, 245, 250), (0, 90, 100)),  # teal on ice
+        ((70, 70, 70), (250, 250, 250)),  # white on charcoal
+        ((250, 250, 245), (185, 175, 160)),  # beige on white (low contrast)
+    ],
+    layouts=[
+        SlideLayout(640, 80, "center", 640, 230, "center", bullet=(180, 40, 40)),
+        SlideLayout(80, 50, "left", 120, 190, "left", bullet=(40, 140, 60)),
+        SlideLayout(1180, 90, "right", 200, 260, "left"),
+        SlideLayout(100, 30, "left", 1180, 200, "right"),
+    ],
+    ocr_slides=_ocr_slides_c(),
+    redraws=16,
+)
+
+FRESH_SETS: dict[str, FreshSet] = {s.name: s for s in (FRESH_A, FRESH_B, FRESH_C)}
 FONTS.update(FRESH_FACES)
 
 

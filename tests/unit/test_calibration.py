@@ -18,11 +18,15 @@ from streamfuse.audio import AsrConfig, AsrStage
 from streamfuse.events import AsrWord, OcrLine
 from streamfuse.text.calibration import (
     ASR_FEATURES,
+    BASE_FEATURE,
+    JOINT_FEATURES,
+    OCR_CONTEXT_FEATURES,
     OCR_FEATURES,
     OCR_LAYOUT_FEATURES,
     CalibrationError,
     Calibrator,
     FeatureCalibrator,
+    JointCalibrator,
     asr_word_features,
     auroc,
     brier,
@@ -32,11 +36,14 @@ from streamfuse.text.calibration import (
     fit_best,
     fit_isotonic,
     fit_joint,
+    fit_joint_logistic,
     fit_logistic,
     fit_platt,
+    fit_stacked,
     fit_temperature,
     known_share,
     logit,
+    ocr_context_features,
     ocr_line_features,
     pooled_logit,
     reliability,
@@ -214,7 +221,8 @@ def test_asr_word_features_read_the_context_the_stage_has() -> None:
 def test_ocr_line_features_flag_joined_boxes_and_non_words() -> None:
     base = {"scale": 0.5, "mean_conf": 0.98, "n_lines": 4}
     plain = ocr_line_features("terminal moraines", (0, 0, 340, 40), 0.97, **base)
-    assert set(plain) == set(OCR_FEATURES) | set(OCR_LAYOUT_FEATURES)
+    assert set(plain) == set(OCR_FEATURES) | set(OCR_LAYOUT_FEATURES) | set(OCR_CONTEXT_FEATURES)
+    assert all(plain[f] == 0.0 for f in OCR_CONTEXT_FEATURES)  # no context given
     assert plain["log_height_px"] == pytest.approx(np.log(20.0))
     # Three labels far apart read as one "line": much wider per character than text is.
     joined = ocr_line_features("Front door Back garden", (0, 0, 1200, 40), 0.99, **base)
@@ -232,17 +240,24 @@ def test_shipped_calibrators_load_and_use_the_features() -> None:
     if not isinstance(ocr, FeatureCalibrator):
         probs = [ocr(c) for c in np.linspace(0.0, 1.0, 101)]
         assert ocr.n_fit > 300 and all(b >= a for a, b in pairwise(probs))
-    for kind, names in (("ocr", OCR_FEATURES), ("asr", ASR_FEATURES)):
+    ocr_names = (*OCR_FEATURES, *OCR_LAYOUT_FEATURES, *OCR_CONTEXT_FEATURES, BASE_FEATURE)
+    for kind, names in (("ocr", ocr_names), ("asr", ASR_FEATURES)):
         cal = shipped(kind)  # type: ignore[arg-type]
         if kind == "ocr" and not isinstance(cal, FeatureCalibrator):
             continue
         assert isinstance(cal, FeatureCalibrator)
         assert cal.n_fit > 300 and cal.target and set(cal.features) <= set(names)
         # More raw confidence, all else equal, never means a lower probability.
-        raw_name = names[0]
+        raw_name = BASE_FEATURE if cal.base is not None else names[0]
         assert cal.coef[cal.features.index(raw_name)] > 0
     joint = shipped_joint()
-    assert joint.n_fit > 0 and joint.a > 0
+    assert joint.n_fit > 0
+    if joint.model is None:
+        assert joint.a > 0
+    else:  # a surer screen never lowers the joint estimate
+        assert set(joint.model.features) <= set(JOINT_FEATURES)
+        if "logit_screen" in joint.model.features:
+            assert joint.model.coef[joint.model.features.index("logit_screen")] > 0
 
 
 def test_shipped_asr_calibrator_trusts_a_word_less_among_unsure_ones() -> None:
@@ -335,23 +350,186 @@ def test_the_benchmark_recomputes_from_records_what_the_asr_stage_used(
     assert len({w["p"] for w, _ in featured}) > 20  # the check is not vacuous
 
 
-def test_the_benchmark_recomputes_from_records_what_an_ocr_line_used() -> None:
+@pytest.mark.parametrize("stacked", [False, True])
+def test_the_benchmark_recomputes_from_records_what_an_ocr_line_used(stacked: bool) -> None:
     from streamfuse.vision.ocr import OcrLine as EngineLine
+    from streamfuse.vision.ocr import line_records
 
     bench = _benchmark()
-    # Any feature calibrator over every OCR feature (the shipped one may map the raw score).
-    n = len(OCR_FEATURES)
+    # Any feature calibrator over every OCR feature, layout and context ones included (the
+    # shipped one may map the raw score), plain or stacked on an isotonic map.
+    names = [*OCR_FEATURES, *OCR_LAYOUT_FEATURES, *OCR_CONTEXT_FEATURES]
+    base = Calibrator(method="isotonic", x=[0.5, 0.99, 1.0], y=[0.2, 0.7, 0.95])
+    if stacked:
+        names = [BASE_FEATURE, *names[1:]]
+    n = len(names)
     cal = FeatureCalibrator(
-        features=list(OCR_FEATURES), mean=[0.5] * n, scale=[1.0] * n, coef=[0.3] * n
+        features=names,
+        mean=[0.5] * n,
+        scale=[1.0] * n,
+        coef=[0.3] * n,
+        base=base if stacked else None,
     )
     lines = [
         EngineLine("Model | Params | Latency", (88.4, 150.2, 997.0, 213.0), 0.9996),
-        EngineLine("Lower is etter.", (90.0, 640.6, 402.2, 662.0), 0.984),
+        EngineLine("tiny | 39M", (88.4, 220.2, 997.0, 283.0), 0.9996),
+        EngineLine("Quiz", (90.0, 640.6, 300.2, 662.0), 0.984),
+        EngineLine("25 %", (420.0, 641.0, 500.0, 661.0), 0.971, (), 1.5, 2),
     ]
-    payload = [ln.to_payload(cal, scale=0.6667, mean_conf=0.992, n_lines=2) for ln in lines]
+    payload = line_records(lines, cal, scale=0.6667, mean_conf=0.992)
     record = {"scale": 0.6667, "mean_conf": 0.992, "lines": [p.model_dump() for p in payload]}
-    for ln in record["lines"]:
-        assert ln["conf"] == cal(bench.line_features(record, ln))
+    feats = [bench.line_features(record, ln) for ln in record["lines"]]
+    for ln, f in zip(record["lines"], feats, strict=True):
+        assert ln["conf"] == cal(f)
+    assert feats[2]["row_peers"] == 1.0 and feats[3]["gap_bridged"] == 1.5  # not vacuous
+    assert len({ln["conf"] for ln in record["lines"]}) == 4
+
+
+def test_ocr_context_features_see_cells_read_apart_and_short_tables() -> None:
+    """A table row read cell by cell leaves lines side by side on one row; two text columns
+    joined into table rows make a "table" of two rows among plain lines."""
+    split = ocr_context_features(
+        [
+            ("Task | Weight | Mean", (0, 0, 600, 30)),
+            ("Quiz", (0, 50, 100, 80)),
+            ("25%", (300, 52, 360, 78)),
+            ("81", (500, 50, 540, 80)),
+        ]
+    )
+    assert [c["row_peers"] for c in split] == [0.0, 2.0, 2.0, 2.0]
+    assert split[1]["cells_vs_neighbours"] == 1.0  # after a 2-cell header and a 0-cell line
+    table = [(f"r{i} | a | b", (0, 40 * i, 500, 40 * i + 30)) for i in range(5)]
+    merged = [
+        ("Batch or stream", (0, 0, 600, 40)),
+        ("Simple to reason about | Answers within seconds", (0, 60, 1100, 90)),
+        ("High throughput | State must be kept", (0, 110, 1100, 140)),
+    ]
+    assert {c["cell_rows"] for c in ocr_context_features(table)} == {5.0}
+    got = ocr_context_features(merged)
+    assert [c["cell_rows"] for c in got] == [0.0, 2.0, 2.0]
+    assert got[0]["row_peers"] == 0.0 and got[0]["cells_vs_neighbours"] == 1.0
+    assert ocr_context_features([]) == []
+    assert ocr_context_features([("alone", (0, 0, 10, 10))])[0]["cells_vs_neighbours"] == 0.0
+
+
+def test_stacked_calibrator_keeps_the_map_and_corrects_it_where_the_layout_says() -> None:
+    """Lines read at raw ~0.99 are right 95 % of the time alone on their row and 40 % of the
+    time when other lines share their row (cells read apart): a raw-score map gives both the
+    same probability, the stacked model separates them; it round-trips through JSON."""
+    rng = np.random.default_rng(5)
+    n = 3000
+    raw = np.clip(rng.normal(0.985, 0.01, n), 0.9, 1.0).round(3)
+    peers = (rng.random(n) < 0.3).astype(float) * 2
+    y = (rng.random(n) < np.where(peers > 0, 0.4, 0.95)).astype(float)
+    names = ["logit_conf", "row_peers"]
+    x = np.column_stack([logit(np.clip(raw, 5e-4, 1 - 5e-4)), peers])
+    cal = fit_stacked(x, y, names, ("row_peers",), l2=1e-3)
+    assert cal.features == [BASE_FEATURE, "row_peers"] and cal.base is not None
+    alone = cal({"logit_conf": float(logit(0.99)), "row_peers": 0.0})
+    apart = cal({"logit_conf": float(logit(0.99)), "row_peers": 2.0})
+    assert alone > 0.85 and apart < 0.55
+    again = FeatureCalibrator.model_validate_json(cal.model_dump_json())
+    assert np.allclose(
+        again.apply(again.matrix_from(x, names)), cal.apply(cal.matrix_from(x, names))
+    )
+    assert ece(cal.apply(cal.matrix_from(x, names)), y) < ece(cal.base.apply(raw), y) / 2
+    with pytest.raises(ValueError, match="base map"):
+        FeatureCalibrator(features=[BASE_FEATURE], mean=[0.0], scale=[1.0], coef=[1.0])
+    with pytest.raises(CalibrationError, match="logit_conf"):
+        cal.matrix([{"row_peers": 1.0}])
+
+
+def test_joint_logistic_reads_speech_reliability_and_beats_the_pool() -> None:
+    """Speech is overconfident on streams whose recent words were unsure (recent_mean_p low)
+    and the screen is well calibrated: the pool ends between the two, a logistic regression
+    with the reliability feature does at least as well as the screen alone."""
+    rng = np.random.default_rng(11)
+
+    def terms(n: int) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+        y = (rng.random(n) < 0.75).astype(float)
+        recent = rng.uniform(0.3, 0.95, n)
+        # speech: informative only on reliable streams, always sure of itself
+        good = rng.random(n) < recent
+        p_speech = np.where(good, np.where(y > 0, 0.95, 0.1), rng.uniform(0.8, 0.99, n))
+        z = np.where(y > 0, 1.5, -1.5) + rng.normal(0, 1.2, n)
+        p_screen = sigmoid(z + np.log(3))  # calibrated-ish, prior 0.75
+        return np.column_stack([p_speech, p_screen]), y, {"recent_mean_p": recent}
+
+    p, y, extra = terms(3000)
+    pt, yt, et = terms(3000)
+    feats = ("logit_speech", "logit_screen", "recent_mean_p")
+    joint = fit_joint_logistic(p, y, feats, extra, l2=1e-3)
+    pool = fit_joint(p, y)
+    assert joint.method == "logistic" and joint.n_fit == 3000
+    assert brier(joint.apply(pt, et), yt) < brier(pool.apply(pt), yt)
+    assert brier(joint.apply(pt, et), yt) < brier(pt[:, 1], yt)
+    again = JointCalibrator.model_validate_json(joint.model_dump_json())
+    assert np.allclose(again.apply(pt, et), joint.apply(pt, et))
+    with pytest.raises(CalibrationError, match="recent_mean_p"):
+        joint.apply(pt)  # the reliability feature must be given
+    with pytest.raises(CalibrationError, match="both modalities"):
+        joint.apply(np.array([[0.9, np.nan]]), {"recent_mean_p": np.array([0.5])})
+    with pytest.raises(CalibrationError):
+        fit_joint_logistic(p, y, ("conf",), extra)
+    with pytest.raises(ValueError):
+        JointCalibrator(method="logistic")
+
+
+def test_the_benchmark_chooses_the_joint_candidate_by_grouped_cv() -> None:
+    bench = _benchmark()
+    rng = np.random.default_rng(2)
+    terms = []
+    for i in range(600):
+        right = bool(rng.random() < 0.7)
+        terms.append(
+            {
+                "clip": f"c{i % 12}",
+                "p_asr": float(rng.uniform(0.6, 0.99)),  # speech says nothing
+                "p_ocr": float(0.9 if right else 0.3) + float(rng.normal(0, 0.03)),
+                "recent_mean_p": float(rng.uniform(0.4, 0.9)),
+                "right": right,
+            }
+        )
+    joint, info = bench.choose_joint(terms, 1)
+    cv = info["cv"]
+    assert info["chosen"] == min(cv, key=lambda k: cv[k]["brier"]) and len(cv) == 10
+    assert info["fit_clips"] == 12
+    assert cv[info["chosen"]]["brier"] <= cv["entropy pool"]["brier"]
+
+
+def test_layout_fit_slides_are_fit_side_only() -> None:
+    """The layout fit slides draw in fit faces with fit-side photo seeds, and hold no line of
+    a held-out, fresh or layout dev slide."""
+    bench, fs_mod = _fresh()
+    import calibration_fit_slides as fit
+    import make_layout_dev_set as lay
+    import make_ocr_hard_set as hard
+
+    slides = fit.layout_fit_slides()
+    fit_faces = {f for pair in bench.SLIDE_FONTS for f in pair}
+    kinds = {type(it).__name__ for s in slides for it in s.items}
+    assert {"Table", "Photo", "Bullets", "TextBlock"} <= kinds
+    assert any(
+        it.style == "zebra" and it.band == s.background
+        for s in slides
+        for it in s.items
+        if isinstance(it, hard.Table)
+    )  # a table without rules
+    for s in slides:
+        for it in s.items:
+            if isinstance(it, hard.Photo):
+                assert it.seed < 11_000 and not it.text
+            else:
+                assert it.font in fit_faces
+    lines = {ln for s in slides for ln in lay.truth_lines(s)}
+    others = {
+        ln for split in ("heldout", "fresh") for s in hard.SPLITS[split]() for ln in s.truth_lines()
+    }
+    others |= {ln for s in lay.slides() for ln in lay.truth_lines(s)}
+    others |= {
+        ln for f in fs_mod.FRESH_SETS.values() for s in f.ocr_slides for ln in s.truth_lines()
+    }
+    assert not lines & others
 
 
 # -- the fresh test sets (benchmarks/calibration.py --split fresh-a) -------------------------------
@@ -382,6 +560,7 @@ def test_fresh_sets_share_no_face_voice_topic_slide_theme_or_seed_with_earlier_c
     from make_demo_clip import FONTS
 
     used_files = {path for name, path in FONTS.items() if name not in fs_mod.FRESH_FACES}
+    assert any("urw-base35" in path for path in used_files)  # the layout dev set's faces count
     assert not set(fs_mod.FRESH_FACES.values()) & used_files
     used = _script_voices()
     assert {"en-us+m1", "en-gb+Gene", "en-gb-scotland"} <= used  # the scan finds them
@@ -393,7 +572,7 @@ def test_fresh_sets_share_no_face_voice_topic_slide_theme_or_seed_with_earlier_c
     old_sentences = {s for t in old_topics.values() for s in t.sentences}
     old_names = {s.name for split in hard.SPLITS.values() for s in split()}
     seeds: list[range] = []
-    assert len(fs_mod.FRESH_SETS) >= 2
+    assert len(fs_mod.FRESH_SETS) >= 3
     for fs in fs_mod.FRESH_SETS.values():
         assert set(fs.faces) <= set(fs_mod.FRESH_FACES)
         assert len(set(fs.voices)) == len(fs.voices)
@@ -440,10 +619,13 @@ def test_fresh_slides_are_laid_out_unlike_every_earlier_slide() -> None:
             elif isinstance(it, hard.Photo):
                 out.add(("photo", *it.box))
             else:
-                out.add(("text", it.x, it.y, it.align))
+                out.add(("text", it.x, it.y, getattr(it, "align", "left")))  # Bullets: left
         return out
 
+    import make_layout_dev_set
+
     earlier = [anchors(s) for split in hard.SPLITS.values() for s in split()]
+    earlier += [anchors(s) for s in make_layout_dev_set.slides()]
     for fs in fs_mod.FRESH_SETS.values():
         mine = [anchors(s) for s in fs.ocr_slides]
         for slide, a in zip(fs.ocr_slides, mine, strict=True):
@@ -530,7 +712,8 @@ def test_ocr_only_analysis_chooses_by_leave_one_source_out_folds() -> None:
     for i in range(1400):
         clip = clips[i % len(clips)] if i < 1050 else f"heldout_0{i % 3}"
         raw, y = overconfident(1, i)
-        feats = {f: float(rng.normal()) for f in OCR_FEATURES}
+        names = (*OCR_FEATURES, *OCR_LAYOUT_FEATURES, *OCR_CONTEXT_FEATURES)
+        feats = {f: float(rng.normal()) for f in names}
         feats["logit_conf"] = float(logit(raw)[0])
         samples.append(
             {
@@ -548,6 +731,9 @@ def test_ocr_only_analysis_chooses_by_leave_one_source_out_folds() -> None:
     assert out["summary"]["ocr_chosen_by"] == "cross-validated Brier (folds by source)"
     cv = out["summary"]["ocr_cv"]
     assert out["summary"]["ocr_chosen"] == min(cv, key=lambda k: cv[k]["brier"])
+    assert len(cv) == 15  # 3 raw-score maps, 4 x 3 logistic regressions (2 with layout)
+    assert {"logistic-layout l2=0.01", "isotonic+layout l2=0.01"} <= set(cv)
+    assert bench._source("layout-8026") == "layout fit slides"
     assert {bench._source(c) for c in clips} == {
         "OCR set",
         "lecture",

@@ -311,6 +311,10 @@ OCR_FEATURES = (
 #: Layout features `ocr_line_features` also gives (docs/ocr-layout.md): not in `OCR_FEATURES`,
 #: so no fit uses them until a refit chooses to, by docs/calibration.md's pre-registered rule.
 OCR_LAYOUT_FEATURES = ("gap_bridged", "inferred_cuts")
+#: Features of a line among the other lines of its reading (`ocr_context_features`): what a
+#: layout error looks like from outside the line - a table row read cell by cell leaves lines
+#: side by side on one row, two text columns joined into table rows make a short "table".
+OCR_CONTEXT_FEATURES = ("row_peers", "cell_rows", "cells_vs_neighbours")
 ASR_FEATURES = (
     "logit_p",
     "recent_mean_p",
@@ -356,6 +360,42 @@ def _logit1(p: float, lo: float = 1e-3) -> float:
     return math.log(q / (1.0 - q))
 
 
+def _cell_count(text: str) -> int:
+    return text.count("|")
+
+
+def _share_row(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Vertical overlap of at least half the shorter box (`vision.layout.same_row`'s rule)."""
+    shared = min(float(a[3]), float(b[3])) - max(float(a[1]), float(b[1]))
+    return shared >= 0.5 * min(float(a[3]) - float(a[1]), float(b[3]) - float(b[1]))
+
+
+def ocr_context_features(lines: Sequence[tuple[str, Sequence[float]]]) -> list[dict[str, float]]:
+    """Per line of one reading ((text, box) in the order the event lists them): `row_peers`,
+    how many other lines share its text row (capped at 4: a table without rules read cell by
+    cell, side-by-side captions, two text columns); `cell_rows`, for a table row, how many of
+    the reading's lines have its cell count (capped at 6; 0 for a line without cells: a real
+    table has a header and rows, two columns joined into "rows" make two or three); and
+    `cells_vs_neighbours`, how far its cell count is from the mean of the lines listed just
+    before and after it (capped at 6: a fragment of a row among whole rows, a line read as two
+    cells among plain lines)."""
+    cells = [_cell_count(t) for t, _ in lines]
+    out = []
+    for i, (_, box) in enumerate(lines):
+        peers = sum(1 for j, (_, b) in enumerate(lines) if j != i and _share_row(box, b))
+        same = sum(1 for c in cells if c == cells[i]) if cells[i] else 0
+        near = [cells[j] for j in (i - 1, i + 1) if 0 <= j < len(lines)]
+        gap = abs(cells[i] - sum(near) / len(near)) if near else 0.0
+        out.append(
+            {
+                "row_peers": float(min(peers, 4)),
+                "cell_rows": float(min(same, 6)),
+                "cells_vs_neighbours": min(gap, 6.0),
+            }
+        )
+    return out
+
+
 def ocr_line_features(
     text: str,
     box: Sequence[float],
@@ -366,6 +406,7 @@ def ocr_line_features(
     n_lines: int,
     gap_bridged: float | None = None,
     inferred_cuts: int | None = None,
+    context: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """Features of one OCR line: the recognizer's score and the reading's mean score, the text
     height the detector saw (box height x `scale`), the length and make-up of the text (letters,
@@ -373,9 +414,9 @@ def ocr_line_features(
     (high: boxes far apart joined into one line), how many lines the reading has and the share
     of its words that are common English words; and from the layout (0 when not known) the
     widest gap it bridged joining boxes, in line heights (`gap_bridged`, capped at 6), and the
-    table's column boundaries only word gutters showed (`inferred_cuts`, capped at 3). The
-    shipped calibrators read only the features they were fitted on (none of the layout ones
-    yet: a refit follows docs/calibration.md's rule)."""
+    table's column boundaries only word gutters showed (`inferred_cuts`, capped at 3); and the
+    line's `context` among the reading's other lines (`ocr_context_features`; 0 when not
+    given). A calibrator reads only the features it was fitted on."""
     chars = [c for c in text if not c.isspace()]
     n = max(len(chars), 1)
     height = max(float(box[3]) - float(box[1]), 1.0)
@@ -394,6 +435,7 @@ def ocr_line_features(
         "known_words": known_share(text),
         "gap_bridged": min(float(gap_bridged or 0.0), 6.0),
         "inferred_cuts": float(min(inferred_cuts or 0, 3)),
+        **{f: float((context or {}).get(f, 0.0)) for f in OCR_CONTEXT_FEATURES},
     }
 
 
@@ -450,9 +492,17 @@ def auroc(probs: ArrayLike, labels: ArrayLike) -> float | None:
     return float((ranks[y == 1].sum() - pos * (pos + 1) / 2) / (pos * neg))
 
 
+#: The derived feature a stacked `FeatureCalibrator` reads: logit of its `base` map applied to
+#: the raw score (recovered from the `logit_conf` / `logit_p` feature).
+BASE_FEATURE = "logit_base"
+
+
 class FeatureCalibrator(BaseModel):
     """P(right) = sigmoid(coef . (x - mean) / scale + intercept) over named features: a ridge
-    logistic regression (`fit_logistic`). `__call__` takes one output's feature mapping."""
+    logistic regression (`fit_logistic`). `__call__` takes one output's feature mapping.
+    Stacked (`fit_stacked`): with a `base` raw-score map, the feature `logit_base` is the logit
+    of that map applied to the raw score (read back from the feature `base_of`), so the
+    regression corrects the map where the other features say it is wrong."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -465,6 +515,8 @@ class FeatureCalibrator(BaseModel):
     intercept: float = 0.0
     l2: float = Field(0.0, ge=0.0, description="The ridge penalty it was fitted with.")
     n_fit: int = Field(0, ge=0)
+    base: Calibrator | None = Field(None, description="Raw-score map behind `logit_base`.")
+    base_of: str = Field("logit_conf", description="The feature holding the raw score's logit.")
 
     @model_validator(mode="after")
     def _shapes(self) -> FeatureCalibrator:
@@ -476,14 +528,36 @@ class FeatureCalibrator(BaseModel):
             )
         if any(v <= 0 for v in self.scale):
             raise ValueError("feature scales must be positive")
+        if (BASE_FEATURE in self.features) != (self.base is not None):
+            raise ValueError(f"a {BASE_FEATURE!r} feature needs a base map and vice versa")
         return self
 
     def matrix(self, rows: Sequence[Mapping[str, float]]) -> F64:
         """Feature rows as an (n, k) array in this calibrator's feature order."""
+        names = sorted({f for f in self.features if f != BASE_FEATURE} | self._needs_base())
         try:
-            return np.array([[r[f] for f in self.features] for r in rows], dtype=np.float64)
+            x = np.array([[r[f] for f in names] for r in rows], dtype=np.float64)
         except KeyError as e:
             raise CalibrationError(f"feature {e.args[0]!r} missing; need {self.features}") from e
+        return self.matrix_from(x.reshape(len(rows), len(names)), names)
+
+    def _needs_base(self) -> set[str]:
+        return {self.base_of} if self.base is not None else set()
+
+    def matrix_from(self, x: ArrayLike, names: Sequence[str]) -> F64:
+        """This calibrator's (n, k) input from a matrix whose columns are the features `names`
+        (computing `logit_base` when stacked)."""
+        xa = np.atleast_2d(_arr(x))
+        cols = []
+        for f in self.features:
+            src = self.base_of if f == BASE_FEATURE else f
+            if src not in names:
+                raise CalibrationError(f"feature {src!r} missing; need {self.features}")
+            col = xa[:, list(names).index(src)]
+            if f == BASE_FEATURE and self.base is not None:
+                col = base_logit(self.base, col)
+            cols.append(col)
+        return np.stack(cols, axis=1) if cols else np.empty((xa.shape[0], 0))
 
     def apply(self, x: ArrayLike) -> F64:
         """Probabilities of the rows of `x` ((n, k), columns in `features` order)."""
@@ -493,6 +567,37 @@ class FeatureCalibrator(BaseModel):
     def __call__(self, features: Mapping[str, float]) -> float:
         """One calibrated probability, rounded to 3 decimals as event fields are."""
         return round(float(self.apply(self.matrix([features]))[0]), 3)
+
+
+def base_logit(base: Calibrator, logit_raw: ArrayLike) -> F64:
+    """logit(base(raw)) from the raw score's logit feature (clipped as `logit` clips)."""
+    return logit(base.apply(sigmoid(_arr(logit_raw))))
+
+
+def fit_stacked(
+    x: ArrayLike,
+    labels: ArrayLike,
+    features: Sequence[str],
+    extra: Sequence[str],
+    *,
+    base_of: str = "logit_conf",
+    l2: float = 1e-2,
+    target: str = "",
+) -> FeatureCalibrator:
+    """An isotonic map of the raw score (read from the feature `base_of` of `x`, whose
+    columns are `features`), then a ridge logistic regression on its logit and the `extra`
+    features: the raw-score map where the extra features are typical, corrected where they
+    are not."""
+    xa = np.atleast_2d(_arr(x))
+    names = list(features)
+    raw = sigmoid(xa[:, names.index(base_of)])
+    base = fit_isotonic(raw, labels, target=target)
+    z = np.column_stack(
+        [base_logit(base, xa[:, names.index(base_of)])] + [xa[:, names.index(f)] for f in extra]
+    )
+    model = fit_logistic(z, labels, ["base", *extra], l2=l2, target=target)
+    fields = model.model_dump() | {"features": [BASE_FEATURE, *extra], "base_of": base_of}
+    return FeatureCalibrator.model_validate(fields | {"base": base})
 
 
 def fit_logistic(
@@ -561,6 +666,7 @@ def calibrate_ocr_line(
     n_lines: int,
     gap_bridged: float | None = None,
     inferred_cuts: int | None = None,
+    context: Mapping[str, float] | None = None,
 ) -> float:
     """One OCR line's calibrated `conf` (3 decimals), whichever kind `cal` is."""
     if isinstance(cal, FeatureCalibrator):
@@ -573,6 +679,7 @@ def calibrate_ocr_line(
             n_lines=n_lines,
             gap_bridged=gap_bridged,
             inferred_cuts=inferred_cuts,
+            context=context,
         )
         return cal(feats)
     return cal(conf_raw)
@@ -609,20 +716,61 @@ def pooled_logit(probs: ArrayLike) -> F64:
     return np.asarray((w * np.where(seen, logit(q), 0.0)).sum(axis=1), dtype=np.float64)
 
 
+#: What a logistic `JointCalibrator` may read per shared term: the two calibrated
+#: probabilities' logits, their entropy-weighted pool, and the speech stream's reliability (the
+#: ASR word's `recent_mean_p`: mean raw p of the stream's last committed words).
+JOINT_FEATURES = ("logit_speech", "logit_screen", "pool", "recent_mean_p")
+
+
 class JointCalibrator(BaseModel):
-    """The joint estimate of a term two modalities observe: sigmoid(a * pooled_logit + b), with
-    a and b fitted (Platt) on dev terms so the pool's scale is itself calibrated."""
+    """The joint estimate of a term two modalities observe. `entropy_pool`: sigmoid(a *
+    pooled_logit + b), a and b fitted (Platt) on dev terms so the pool's scale is itself
+    calibrated. `logistic`: a ridge logistic regression (`model`) on `JOINT_FEATURES` of
+    terms both modalities observed (`fit_joint_logistic`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    method: Literal["entropy_pool"] = "entropy_pool"
+    method: Literal["entropy_pool", "logistic"] = "entropy_pool"
     target: str = ""
     a: float = 1.0
     b: float = 0.0
     n_fit: int = Field(0, ge=0)
+    model: FeatureCalibrator | None = None
 
-    def apply(self, probs: ArrayLike) -> F64:
-        return sigmoid(self.a * pooled_logit(probs) + self.b)
+    @model_validator(mode="after")
+    def _model(self) -> JointCalibrator:
+        if (self.method == "logistic") != (self.model is not None):
+            raise ValueError("a logistic joint calibrator needs its model (and only it has one)")
+        if self.model is not None and not set(self.model.features) <= set(JOINT_FEATURES):
+            raise ValueError(f"joint features must be among {JOINT_FEATURES}")
+        return self
+
+    def apply(self, probs: ArrayLike, extra: Mapping[str, ArrayLike] | None = None) -> F64:
+        """Joint probabilities of rows (speech, screen) of calibrated probabilities; `extra`
+        holds per-row reliability features (`recent_mean_p`) a logistic model reads."""
+        if self.model is None:
+            return sigmoid(self.a * pooled_logit(probs) + self.b)
+        return self.model.apply(joint_matrix(probs, extra, self.model.features))
+
+
+def joint_matrix(
+    probs: ArrayLike, extra: Mapping[str, ArrayLike] | None, features: Sequence[str]
+) -> F64:
+    """The (n, k) `features` of shared terms: rows (speech, screen) both observed."""
+    p = np.atleast_2d(_arr(probs))
+    if np.isnan(p).any():
+        raise CalibrationError("a logistic joint estimate needs both modalities observed")
+    cols: dict[str, F64] = {
+        "logit_speech": logit(p[:, 0]),
+        "logit_screen": logit(p[:, 1]),
+        "pool": pooled_logit(p),
+    }
+    for k, v in (extra or {}).items():
+        cols[k] = _arr(v).reshape(-1)
+    try:
+        return np.stack([cols[f] for f in features], axis=1)
+    except KeyError as e:
+        raise CalibrationError(f"joint feature {e.args[0]!r} not given") from e
 
 
 def fit_joint(
@@ -634,6 +782,23 @@ def fit_joint(
     _, y = _check(sigmoid(z), labels)
     a, b = _logistic(z, y, l2)
     return JointCalibrator(a=a, b=b, target=target, n_fit=int(z.size))
+
+
+def fit_joint_logistic(
+    probs: ArrayLike,
+    labels: ArrayLike,
+    features: Sequence[str],
+    extra: Mapping[str, ArrayLike] | None = None,
+    *,
+    l2: float = 1e-2,
+    target: str = "",
+) -> JointCalibrator:
+    """A ridge logistic regression of the labels on the terms' `features` (`JOINT_FEATURES`)."""
+    if not set(features) <= set(JOINT_FEATURES):
+        raise CalibrationError(f"joint features {list(features)}: not among {JOINT_FEATURES}")
+    x = joint_matrix(probs, extra, features)
+    model = fit_logistic(x, labels, features, l2=l2, target=target)
+    return JointCalibrator(method="logistic", model=model, target=target, n_fit=model.n_fit)
 
 
 # -- the shipped calibrators -----------------------------------------------------------------------
@@ -665,6 +830,9 @@ def shipped_joint() -> JointCalibrator:
 __all__ = [
     "ASR_FEATURES",
     "ASR_RECENT_WORDS",
+    "BASE_FEATURE",
+    "JOINT_FEATURES",
+    "OCR_CONTEXT_FEATURES",
     "OCR_FEATURES",
     "OCR_LAYOUT_FEATURES",
     "AnyCalibrator",
@@ -675,6 +843,7 @@ __all__ = [
     "ReliabilityBin",
     "asr_core",
     "asr_word_features",
+    "base_logit",
     "auroc",
     "binary_entropy_bits",
     "calibrate_asr_word",
@@ -685,12 +854,16 @@ __all__ = [
     "fit_best",
     "fit_isotonic",
     "fit_joint",
+    "fit_joint_logistic",
     "fit_logistic",
+    "fit_stacked",
     "fit_platt",
     "fit_temperature",
+    "joint_matrix",
     "known_share",
     "logit",
     "nll",
+    "ocr_context_features",
     "ocr_line_features",
     "pooled_logit",
     "reliability",

@@ -27,7 +27,7 @@ import re
 import time
 import unicodedata
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -46,7 +46,12 @@ from streamfuse.pipeline.stage import Stage
 from streamfuse.qos.ladder import align_px
 from streamfuse.telemetry.metrics import ModelInfo, instruments
 from streamfuse.text import collapse_whitespace
-from streamfuse.text.calibration import AnyCalibrator, calibrate_ocr_line, shipped
+from streamfuse.text.calibration import (
+    AnyCalibrator,
+    calibrate_ocr_line,
+    ocr_context_features,
+    shipped,
+)
 from streamfuse.vision.config import FixedPolicy, OcrConfig, VisionConfig
 from streamfuse.vision.frames import BBox, KeyFrame, clamp_box, clip_box
 from streamfuse.vision.layout import (
@@ -106,11 +111,13 @@ class OcrLine:
         scale: float = 1.0,
         mean_conf: float | None = None,
         n_lines: int = 1,
+        context: Mapping[str, float] | None = None,
     ) -> OcrLineRecord:
         """The line as it goes into an `ocr` event (box in whole pixels); with a calibrator,
         `conf` is its probability and `conf_raw` the recognizer's score. The calibrator sees
         what the event records: the rounded box and score, the reading's `scale`, `mean_conf`
-        and line count."""
+        and line count, and the line's `context` among the event's lines
+        (`ocr_context_features` of the rounded boxes)."""
         x0, y0, x1, y1 = (round(v) for v in self.box)
         raw = round(self.conf, 3)
         if calibrator is None:
@@ -132,6 +139,7 @@ class OcrLine:
             n_lines=n_lines,
             gap_bridged=gap,
             inferred_cuts=self.inferred_cuts,
+            context=context,
         )
         return OcrLineRecord(
             text=self.text,
@@ -399,6 +407,23 @@ def same_text_state(
         )
     # The detector may split or merge a line between readings: compare the characters.
     return "".join(ta).replace(" ", "") == "".join(tb).replace(" ", "")
+
+
+def line_records(
+    lines: Sequence[OcrLine],
+    calibrator: AnyCalibrator | None,
+    *,
+    scale: float,
+    mean_conf: float | None,
+) -> list[OcrLineRecord]:
+    """The lines of one `ocr` event as records: each calibrated with the reading's `scale`,
+    `mean_conf` and line count and its context among the event's lines
+    (`ocr_context_features` of the rounded boxes, as a recorded event holds them)."""
+    context = ocr_context_features([(ln.text, tuple(round(v) for v in ln.box)) for ln in lines])
+    return [
+        ln.to_payload(calibrator, scale=scale, mean_conf=mean_conf, n_lines=len(lines), context=ctx)
+        for ln, ctx in zip(lines, context, strict=True)
+    ]
 
 
 def clean_lines(lines: Sequence[OcrLine], config: OcrConfig) -> list[OcrLine]:
@@ -795,12 +820,7 @@ class OcrStage(Stage):
         state.lines = lines
         state.emitted += 1
         mean_raw = None if mean_conf is None else round(mean_conf, 3)
-        records = [
-            ln.to_payload(
-                self._calibrator, scale=round(scale, 4), mean_conf=mean_raw, n_lines=len(lines)
-            )
-            for ln in lines
-        ]
+        records = line_records(lines, self._calibrator, scale=round(scale, 4), mean_conf=mean_raw)
         yield EventFrame(
             stream_id=frame.stream_id,
             t_media=frame.t_media,
