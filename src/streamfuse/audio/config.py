@@ -171,7 +171,8 @@ class AsrConfig(BaseModel):
         ge=0.0,
         le=1.0,
         description="No revision when the full pass heard fewer words than this share of the "
-        "utterance's commits (it dropped the speech as silence or noise).",
+        "utterance's commits (it dropped the speech as silence or noise); with a lookback, a "
+        "stretch of 3+ committed words read as fewer than this share is kept too.",
     )
     revise_lookback_s: float = Field(
         20.0,

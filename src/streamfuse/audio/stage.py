@@ -4,10 +4,11 @@ Silero VAD gates the work: silence is never transcribed. During speech the buffe
 last trim point) is re-transcribed every `update_interval_s` of new audio (a short encoder
 window) and words are committed by LocalAgreement-2, or once `max_word_delay_s` old; when the VAD
 sees `min_silence_s` of silence, a full-window hypothesis is committed whole and the buffer
-restarts. That pass hears the whole utterance: where it reads words committed earlier
-differently, an `asr_revision` event replaces them (`revise`). Long speech is trimmed at
-committed sentence ends. With a `ScreenTerms`, rare words read on screen in the last minute are
-passed to the model as hotwords (slide priming).
+restarts. That pass hears the whole utterance, and reaches back `revise_lookback_s` over the
+utterances before it (audio kept past the buffer): where it reads words committed earlier
+differently, now with what followed them, `asr_revision` events replace them (`revise`). Long
+speech is trimmed at committed sentence ends. With a `ScreenTerms`, rare words read on screen in
+the last minute are passed to the model as hotwords (slide priming).
 
 Latency contract: a committed `asr` event's `arrival_wall` is the arrival time of the audio
 window holding the end of its last word, so `latency_ms` = commit time - when that audio arrived.
