@@ -376,7 +376,8 @@ class AsrStage(Stage):
             t0 -= k / AUDIO_SAMPLE_RATE_HZ
             n = len(audio)
         prompt = self._prompt(t0)
-        terms = self._terms(until)
+        # The lookback pass re-reads earlier utterances: primed or not (`prime_lookback`).
+        terms = self._terms(until) if t0 >= self._buf_t0 or self.config.prime_lookback else []
         started = time.perf_counter()
         raw = await self.run_blocking(
             self._transcriber.transcribe, audio, prompt, fast=fast, hotwords=terms
