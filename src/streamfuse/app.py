@@ -343,6 +343,9 @@ async def build_pipeline(
             budget=monitor.budget,
             ocr_max_threads=config.allocation.ocr_max_threads,
             asr_max_threads=config.allocation.asr_max_threads,
+            # No call gets fewer threads than the fixed split would give it.
+            ocr_min_threads=vision_config.ocr.intra_op_threads,
+            asr_min_threads=asr_config.cpu_threads,
             pool=pool,
         )
         # The shared OCR pool gets a worker per core: the budget bounds the threads.

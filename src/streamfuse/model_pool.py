@@ -180,20 +180,29 @@ class StageModels:
         budget: CoreBudget | None = None,
         ocr_max_threads: int = 2,
         asr_max_threads: int = 1,
+        ocr_min_threads: int = 1,
+        asr_min_threads: int = 1,
         pool: ModelPool | None = None,
     ) -> None:
         self.budget = budget
         self.ocr_max_threads = ocr_max_threads
         self.asr_max_threads = asr_max_threads
+        #: The fewest threads a leased call gets (the fixed split's: `CoreBudget.register`).
+        self.ocr_min_threads = ocr_min_threads
+        self.asr_min_threads = asr_min_threads
         self.pool = pool
 
-    def _choices(self, fixed: int, most: int) -> tuple[int, ...]:
-        return self.budget.thread_choices(most) if self.budget else (fixed,)
+    def _choices(self, stage: str, fixed: int, most: int, least: int) -> tuple[int, ...]:
+        if self.budget is None:
+            return (fixed,)
+        choices = self.budget.thread_choices(most)
+        self.budget.register(stage, choices, floor=least)
+        return choices
 
     def ocr_engine(self, config: OcrConfig, *, stage: str, streams: int, slot: int) -> OcrEngine:
-        choices = self._choices(config.intra_op_threads, self.ocr_max_threads)
-        if self.budget is not None:
-            self.budget.register(stage, choices)
+        choices = self._choices(
+            stage, config.intra_op_threads, self.ocr_max_threads, self.ocr_min_threads
+        )
         return LeasedOcrEngine(
             config,
             threads=choices,
@@ -205,9 +214,9 @@ class StageModels:
         )
 
     def transcriber(self, config: AsrConfig, *, stage: str, slot: int) -> WhisperTranscriber:
-        choices = self._choices(config.cpu_threads, self.asr_max_threads)
-        if self.budget is not None:
-            self.budget.register(stage, choices)
+        choices = self._choices(
+            stage, config.cpu_threads, self.asr_max_threads, self.asr_min_threads
+        )
         return LeasedWhisper(
             config, threads=choices, stage=stage, budget=self.budget, pool=self.pool, slot=slot
         )

@@ -143,6 +143,27 @@ def test_a_lease_takes_free_cores_but_not_those_a_loaded_stage_reserved() -> Non
         assert n == 2
 
 
+def test_a_lease_never_gets_fewer_threads_than_the_stages_floor() -> None:
+    """The floor is the fixed split's share: with one stream on two cores OCR runs on two
+    threads beside Whisper even while Whisper reserves its core, as under the fixed split."""
+    budget = CoreBudget(cores=2)
+    budget.register("ocr:s", (1, 2), floor=2)
+    budget.register("asr:s", (1,), floor=1)
+    budget.set_allocation(allocate({"ocr:s": 0.1, "asr:s": 0.8}, cores=2))
+    assert budget.allocation.reserved("asr:s") == 1
+    with budget.lease("asr:s") as m, budget.lease("ocr:s") as n:
+        assert (m, n) == (1, 2)
+    # Without the floor the reservation keeps OCR to the core Whisper leaves.
+    budget.register("ocr:s", (1, 2))
+    budget.set_allocation(allocate({"ocr:s": 0.1, "asr:s": 0.8}, cores=2))
+    with budget.lease("ocr:s") as n:
+        assert n == 1
+    # A floor between the choices takes the largest choice under it.
+    budget.register("x", (1, 2, 4), floor=3)
+    with budget.lease("asr:s"), budget.lease("ocr:s"), budget.lease("x") as k:
+        assert k == 2
+
+
 def test_loaded_stages_calling_at_once_fit_in_the_cores() -> None:
     budget = CoreBudget(cores=4)
     for stage in ("a", "b", "c"):

@@ -247,16 +247,21 @@ class CoreBudget:
     largest of the stage's `thread_choices` that fits in the cores neither in use by other
     stages' calls nor reserved by other stages (the target of a stage busy at least
     `reserve_share` of the time, less what it already holds), within its own target plus the
-    cores nobody reserved; and at least the smallest
-    choice. So the granted threads exceed the cores only by calls that start when none is
-    free, each on its smallest session (one thread, what the fixed split gives every stream
-    with two or more streams on two cores). Thread-safe: leases are taken on the stages'
-    worker threads.
+    cores nobody reserved; and at least the stage's `floor` (registered with it: the threads
+    the fixed split gives it, so a call never gets fewer than under the fixed split; one
+    thread with two or more streams on two cores). So the granted threads exceed the cores
+    only by calls that start when none is free, each on its floor. Why a floor and not the
+    reservation alone: with one stream on two cores the fixed split runs OCR on two threads
+    beside Whisper's one, and `benchmarks/allocation.py` measured that oversubscription
+    faster for OCR (p95 434 vs 599 ms, 3 repeats) at about the same ASR p95 (1994 vs 1908 ms)
+    than OCR kept to the one core Whisper did not reserve. Thread-safe: leases are taken on
+    the stages' worker threads.
     """
 
     def __init__(self, cores: int | None = None) -> None:
         self.cores = cores or usable_cores()
         self._choices: dict[str, tuple[int, ...]] = {}
+        self._floors: dict[str, int] = {}
         self._in_use: dict[str, int] = {}
         self._plan = Allocation({}, frozenset())
         self._lock = threading.Lock()
@@ -267,12 +272,14 @@ class CoreBudget:
         """The session sizes a model keeps: 1 and min(max_threads, cores)."""
         return tuple(sorted({1, max(1, min(max_threads, self.cores))}))
 
-    def register(self, stage: str, choices: Sequence[int]) -> None:
-        """`stage` runs model calls through this budget with sessions of `choices` threads."""
+    def register(self, stage: str, choices: Sequence[int], *, floor: int = 1) -> None:
+        """`stage` runs model calls through this budget with sessions of `choices` threads,
+        each call on at least the largest choice not above `floor`."""
         if not choices or min(choices) < 1:
             raise ConfigError(f"{stage}: thread choices must be >= 1, got {list(choices)}")
         with self._lock:
             self._choices[stage] = tuple(sorted(set(choices)))
+            self._floors[stage] = max([c for c in choices if c <= floor], default=min(choices))
             self._in_use.setdefault(stage, 0)
             self.granted.setdefault(stage, {})
             plan = allocate(dict.fromkeys(self._choices, 0.0), self.cores, limits=self.limits)
@@ -311,6 +318,7 @@ class CoreBudget:
             )
             room = min(self.cores - taken - held, plan.threads.get(stage, 1) + self._spare(stage))
             n = max([c for c in choices if c <= room], default=choices[0])
+            n = max(n, self._floors[stage])
             self._in_use[stage] += n
             counts = self.granted[stage]
             counts[n] = counts.get(n, 0) + 1
