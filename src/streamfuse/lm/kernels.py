@@ -4,15 +4,23 @@ The build (torch's C++ extension tooling: a C++ compiler and ninja) lands in the
 (`$STREAMFUSE_CACHE/torch_ext/<hash of source, torch version, CPU flags>`), so later processes
 load it in well under a second. Where it cannot be built (no compiler), `load_kernels()` logs
 one warning and returns None, and the model runs the same math in eager PyTorch ops.
+
+Processes building at once take turns on an OS file lock (`build.flock`), which the OS lets go
+when its holder dies. torch's own lock is a plain file that a build killed mid-way leaves
+behind, after which every later process would wait on it forever; under the OS lock nobody
+else is building, so such a file is stale and is removed (with a warning).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import os
 import platform
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +57,21 @@ def build_dir() -> Path:
     return path
 
 
+@contextmanager
+def build_lock(path: Path) -> Iterator[None]:
+    """Hold the OS lock of build directory `path`, clearing torch's stale lock file under it."""
+    with (path / "build.flock").open("w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)  # released by the OS if this process is killed
+        try:
+            stale = path / "lock"
+            if stale.exists():
+                log.warning("removing %s, left by a kernel build that did not finish", stale)
+                stale.unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def load_kernels() -> Any | None:
     """The compiled kernel module, or None when disabled (`STREAMFUSE_NO_FUSED_KERNELS=1`) or
     when it cannot be built here (one warning; callers fall back to eager ops)."""
@@ -62,13 +85,14 @@ def load_kernels() -> Any | None:
             from torch.utils.cpp_extension import load
 
             path = build_dir()
-            module = load(
-                name=f"streamfuse_lm_kernels_{path.name[-16:]}",
-                sources=[str(SOURCE)],
-                build_directory=str(path),
-                extra_cflags=["-O3", "-march=native"],
-                verbose=False,
-            )
+            with build_lock(path):
+                module = load(
+                    name=f"streamfuse_lm_kernels_{path.name[-16:]}",
+                    sources=[str(SOURCE)],
+                    build_directory=str(path),
+                    extra_cflags=["-O3", "-march=native"],
+                    verbose=False,
+                )
         except Exception as e:  # no compiler, no ninja, a build error: eager ops do the work
             log.warning("fused LM kernels unavailable, using eager ops (%s)", str(e)[:300])
         _loaded["module"] = module

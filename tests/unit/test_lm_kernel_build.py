@@ -1,0 +1,46 @@
+"""The kernel build's lock: a build killed mid-way never leaves later processes waiting."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from streamfuse.lm.kernels import build_lock
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_lock_file_left_by_a_killed_build_is_cleared(tmp_path: Path) -> None:
+    # torch's cpp_extension waits for its `lock` file to go away: left by a killed build, it
+    # never would.
+    (tmp_path / "lock").touch()
+    with build_lock(tmp_path):
+        assert not (tmp_path / "lock").exists()
+
+
+def test_the_lock_of_a_killed_builder_is_released(tmp_path: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, time, pathlib\n"
+         "from streamfuse.lm.kernels import build_lock\n"
+         f"with build_lock(pathlib.Path({str(tmp_path)!r})):\n"
+         "    (pathlib.Path(sys.argv[1]) / 'lock').touch()\n"
+         "    print('held', flush=True)\n"
+         "    time.sleep(60)\n",
+         str(tmp_path)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        holder.kill()  # mid-build, torch's lock file still there
+        holder.wait(timeout=10)
+        t0 = time.monotonic()
+        with build_lock(tmp_path):
+            assert not (tmp_path / "lock").exists()
+        assert time.monotonic() - t0 < 5
+    finally:
+        holder.kill()
