@@ -17,6 +17,13 @@ load drift hits them alike:
 - `append`: the appended path (`semantic_windows`), 2,048-token slot, StreamingLLM sink +
   window truncation by the scheduler when it fills (KV moved, nothing recomputed).
 
+A configuration named with `+rev` (e.g. `shipped+rev`) gets the same lecture with the speech
+recognizer's corrections added: at a share (`--revise-share`) of sentence ends an
+`asr_revision` rewrites one short function word of a sentence that ended within the last
+`--revise-lookback` seconds (the ASR stage's lookback revisions, `revise_lookback_s`), so the LM
+stage recomputes from that speech window on. Side by side with the same configuration without
+it, that is what the revisions cost the LM (prefill tokens per timeline token, TTFT).
+
 Per configuration: TTFT (wall, and process CPU time) p50/p95 per bucket of media minutes, p95
 of the last 5 minutes over the first minute's, the context in the slot, how long each line
 holds its session, prefill tokens per timeline token, and QA accuracy (the known answer in the
@@ -159,8 +166,63 @@ def lecture(minutes: float, seed: int = 0) -> dict[str, Any]:
     return {"duration_s": duration, "ocr": ocr, "asr": asr}
 
 
-def timeline_events(truth: dict[str, Any], stream: str) -> list[tuple[float, Any]]:
-    """(media time, EventFrame) of the lecture's OCR readings and committed speech."""
+#: What a revision turns a short function word into (a recognizer's typical correction; the
+#: facts' names, verbs and things are never touched, so every question keeps its answer).
+SWAPS = {"the": "a", "a": "the", "to": "too", "of": "off", "in": "on", "on": "in", "is": "as",
+         "it": "at", "at": "it", "we": "he", "for": "four", "and": "an", "an": "and"}  # fmt: skip
+
+
+def sentence_words(a: dict[str, Any]) -> list[Any]:
+    """A truth sentence as committed words, spread evenly over its time."""
+    from streamfuse.events import AsrWord
+
+    t0, t1, words = float(a["t_start"]), float(a["t_end"]), a["text"].split()
+    step = (t1 - t0) / len(words)
+    return [AsrWord(word=w, t_start=round(t0 + i * step, 3), t_end=round(t0 + (i + 1) * step, 3),
+                    p=0.9) for i, w in enumerate(words)]  # fmt: skip
+
+
+def revisions(
+    truth: dict[str, Any], stream: str, share: float, lookback_s: float, seed: int = 2
+) -> list[tuple[float, Any]]:
+    """(media time, EventFrame) of `asr_revision`s: at `share` of the sentence ends, one short
+    function word of a sentence that ended within `lookback_s` (the one just ended included) is
+    rewritten, the newest form of each word tracked so a later revision names what was
+    committed by then."""
+    from streamfuse.events import AsrRevisionPayload
+    from streamfuse.frames import EventFrame
+
+    rng = random.Random(seed)
+    said = [sentence_words(a) for a in truth["asr"]]
+    out: list[tuple[float, Any]] = []
+    for i, a in enumerate(truth["asr"]):
+        t_now = float(a["t_end"])
+        if rng.random() >= share:
+            continue
+        recent = [j for j in range(i + 1) if float(truth["asr"][j]["t_end"]) >= t_now - lookback_s]
+        spots = [(j, k) for j in recent for k, w in enumerate(said[j])
+                 if w.word.lower().strip(".,") in SWAPS]  # fmt: skip
+        if not spots:
+            continue
+        j, k = rng.choice(spots)
+        old = said[j][k]
+        bare = old.word.rstrip(".,")
+        swap = SWAPS[bare.lower()]
+        new_word = (swap.capitalize() if bare[0].isupper() else swap) + old.word[len(bare) :]
+        new = old.model_copy(update={"word": new_word})
+        said[j][k] = new
+        payload = AsrRevisionPayload(text=new.word, words=[new], replaced=[old],
+                                     replaced_text=old.word)  # fmt: skip
+        t0 = min(old.t_start, t_now)
+        out.append((t_now, EventFrame(stream_id=stream, t_media=t0, t_end=t_now, payload=payload)))
+    return out
+
+
+def timeline_events(
+    truth: dict[str, Any], stream: str, *, revised: Sequence[tuple[float, Any]] = ()
+) -> list[tuple[float, Any]]:
+    """(media time, EventFrame) of the lecture's OCR readings and committed speech, and the
+    `revised` corrections (each after the sentence end it comes at)."""
     from streamfuse.events import AsrPayload, OcrLine, OcrPayload
     from streamfuse.frames import EventFrame
 
@@ -178,9 +240,10 @@ def timeline_events(truth: dict[str, Any], stream: str) -> list[tuple[float, Any
     for a in truth["asr"]:
         t0, t1 = float(a["t_start"]), float(a["t_end"])
         ev = EventFrame(stream_id=stream, t_media=t0, t_end=t1,
-                        payload=AsrPayload(text=a["text"], words=[]))  # fmt: skip
+                        payload=AsrPayload(text=a["text"], words=sentence_words(a)))  # fmt: skip
         out.append((t1, ev))  # committed speech arrives when the sentence ends
-    out.sort(key=lambda e: e[0])
+    out.extend(revised)
+    out.sort(key=lambda e: e[0])  # stable: a revision stays after the commit at its time
     return out
 
 
@@ -253,6 +316,8 @@ class Run:
     stage: Any
     timeline: Any
     stream: str
+    #: (media time, EventFrame) this configuration is fed (`+rev`: with the revisions).
+    events: list[tuple[float, Any]] = field(default_factory=list)
     records: list[Record] = field(default_factory=list)
     max_context: int = 0
     # Virtual media time (v0) that corresponds to wall time w0 while the engine works.
@@ -346,14 +411,23 @@ def timed_engine(model: Any, config: Any) -> Any:
     return engine
 
 
-def make_runs(names: Sequence[str], model: Any, tok: Any) -> list[Run]:
+def make_runs(
+    names: Sequence[str],
+    model: Any,
+    tok: Any,
+    events: list[tuple[float, Any]],
+    revised: list[tuple[float, Any]],
+) -> list[Run]:
     from streamfuse.fusion import TimelineStage
     from streamfuse.lm.config import LMConfig
     from streamfuse.lm.stage import LMStage, LMStageConfig
 
     threads = model_threads()
     runs = []
-    for name in names:
+    for label in names:
+        name, _, extra = label.partition("+")
+        if extra not in ("", "rev"):
+            raise SystemExit(f"unknown configuration {label!r} (a name, or a name + '+rev')")
         base = {"model": {"threads": threads}}
         if name == "shipped":  # the stage's defaults: 4 slots x 2,048 tokens
             lm = LMConfig.model_validate({**base, "pool": {"num_slots": 4}})
@@ -371,8 +445,9 @@ def make_runs(names: Sequence[str], model: Any, tok: Any) -> list[Run]:
             cfg = LMStageConfig(lm=lm, semantic_windows=True)
         else:
             raise SystemExit(f"unknown configuration {name!r}")
-        stage = LMStage(cfg, engine=timed_engine(model, cfg.lm), tokenizer=tok, name=f"lm-{name}")
-        runs.append(Run(name, stage, TimelineStage(), stream=STREAM))
+        stage = LMStage(cfg, engine=timed_engine(model, cfg.lm), tokenizer=tok, name=f"lm-{label}")
+        fed = revised if extra else events
+        runs.append(Run(label, stage, TimelineStage(), stream=STREAM, events=fed))
     return runs
 
 
@@ -466,20 +541,22 @@ def summarize(run: Run, minutes: int, bucket: int, fed_tokens: int) -> dict[str,
 
 async def drive(
     runs: list[Run],
-    events: list[tuple[float, Any]],
     questions: list[Question],
     minutes: int,
     progress: Callable[[int], None],
 ) -> None:
     for run in runs:
         await run.stage.setup()
-    timeline: list[tuple[float, int, Any]] = [(t, 0, e) for t, e in events]
-    timeline += [(q.t, 1, q) for q in questions]
-    timeline.sort(key=lambda x: (x[0], x[1]))
+    timelines = {}
+    for run in runs:
+        timeline: list[tuple[float, int, Any]] = [(t, 0, e) for t, e in run.events]
+        timeline += [(q.t, 1, q) for q in questions]
+        timeline.sort(key=lambda x: (x[0], x[1]))  # stable: events keep their order
+        timelines[run.name] = timeline
     try:
         for m in range(minutes):
-            todo = [x for x in timeline if 60.0 * m <= x[0] < 60.0 * (m + 1)]
             for run in runs:  # interleaved by media minute: load drift hits them alike
+                todo = [x for x in timelines[run.name] if 60.0 * m <= x[0] < 60.0 * (m + 1)]
                 # Resume the run's clock where its last minute's work ended (if that ran past
                 # the minute, the next events queue behind it, as live).
                 run.v0, run.w0 = max(60.0 * m, run.v0), time.monotonic()
@@ -538,6 +615,15 @@ def main() -> None:
     ap.add_argument("--configs", default="shipped,recompute,nodrop,append")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--revise-share",
+        type=float,
+        default=0.5,
+        help="`+rev` configurations: share of sentence ends that revise a recent sentence",
+    )
+    ap.add_argument(
+        "--revise-lookback", type=float, default=20.0, help="how far back a revision reaches, s"
+    )
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -559,12 +645,15 @@ def main() -> None:
     log.info("kernel path: %s", "fused C++ int8 kernels" if model.fused else "eager torch ops")
     truth = lecture(minutes, seed=args.seed)
     events = timeline_events(truth, STREAM)
+    revised = revisions(truth, STREAM, args.revise_share, args.revise_lookback, seed=args.seed + 2)
+    revised_events = timeline_events(truth, STREAM, revised=revised)
     questions = question_schedule(truth, minutes, per_minute, seed=args.seed + 1)
-    log.info("lecture: %d media minutes, %d slide readings, %d sentences, %d questions",
-             minutes, len(truth["ocr"]), len(truth["asr"]), len(questions))  # fmt: skip
+    log.info("lecture: %d media minutes, %d slide readings, %d sentences, %d questions; "
+             "%d revisions for `+rev` configurations", minutes, len(truth["ocr"]),
+             len(truth["asr"]), len(questions), len(revised))  # fmt: skip
     torch.set_num_threads(args.threads)
     warm_up(model, tok)
-    runs = make_runs(args.configs.split(","), model, tok)
+    runs = make_runs(args.configs.split(","), model, tok, events, revised_events)
 
     def progress(m: int) -> None:
         parts = []
@@ -575,11 +664,11 @@ def main() -> None:
             parts.append(f"{run.name}: ttft [{ttft}] ms ctx {ctx}")
         log.info("[%6.1f s] minute %d  %s", time.perf_counter() - t_start, m, "; ".join(parts))
 
-    asyncio.run(drive(runs, events, questions, minutes, progress))
-    fed = timeline_tokens(events, tok) + sum(
-        len(tok.encode(f"\nQuestion: {q.question}\nAnswer:")) for q in questions
-    )
-    results = [summarize(run, minutes, bucket, fed) for run in runs]
+    asyncio.run(drive(runs, questions, minutes, progress))
+    asked = sum(len(tok.encode(f"\nQuestion: {q.question}\nAnswer:")) for q in questions)
+    results = [
+        summarize(run, minutes, bucket, timeline_tokens(run.events, tok) + asked) for run in runs
+    ]
     nan = float("nan")
     log.info("\n%-9s %7s %4s %8s %8s %8s %8s %8s %6s", "config", "minutes", "n", "p50 ms",
              "p95 ms", "cpu p50", "cpu p95", "context", "QA")  # fmt: skip
@@ -606,12 +695,14 @@ def main() -> None:
     summary.update({f"qa_{name}": by[name]["qa"] for name in by})
     summary.update({f"feed_wait_max_ms_{name}": by[name]["feed_wait_max_ms"] for name in by})
     summary.update({f"context_tokens_{name}": by[name]["context_tokens_last"] for name in by})
+    summary.update({f"prefill_per_token_{k}": by[k]["prefill_per_context_token"] for k in by})
     summary.update({
         "media_minutes": minutes,
         "questions_per_minute": per_minute,
         "kernel_path": "fused" if model.fused else "eager",
         "cpu": cpu_description(),
         "threads": args.threads,
+        "revisions": len(revised) if any("+" in r.name for r in runs) else 0,
         "quick": args.quick,
         "wall_s": round(time.perf_counter() - t_start, 1),
     })  # fmt: skip
