@@ -32,7 +32,7 @@ package, `--plots DIR` draws reliability diagrams (matplotlib). Last line: one J
     python benchmarks/calibration.py [--quick] [--cache DIR] [--write-assets] [--plots DIR]
     python benchmarks/calibration.py --split fresh-a [--cache DIR] [--plots DIR]
 
-`--split fresh-a` / `fresh-b` / `fresh-c` fits nothing: it scores the calibrators the package ships,
+`--split fresh-a` (to `fresh-d`) fits nothing: it scores the calibrators the package ships,
 unchanged, on a fresh set of generated clips (scripts/fresh_sets.py: faces, layouts, topics,
 voices and seeds no other clip uses), with the same labels and scores, plus a clip-bootstrap
 interval of ECE(joint) / ECE(better single) on shared terms. `--ocr-only` collects and fits
@@ -1655,8 +1655,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--split",
         default="heldout",
-        help="heldout: fit on the fit clips, score the held-out ones (default); fresh-a, fresh-b, "
-        "fresh-c: score the SHIPPED calibrators, unchanged, on a fresh set "
+        help="heldout: fit on the fit clips, score the held-out ones (default); fresh-a to "
+        "fresh-d: score the SHIPPED calibrators, unchanged, on a fresh set "
         "(scripts/fresh_sets.py), fitting nothing",
     )
     args = parser.parse_args(argv)
