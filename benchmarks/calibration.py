@@ -915,14 +915,32 @@ def _layout_extra() -> tuple[str, ...]:
 STACKED_LINE = ("cells", "width_per_char", "log_chars", "known_words", "symbols")
 
 
+#: How the robust feature candidates (OCR, third change rule: docs/calibration.md) keep a
+#: feature that is (almost) constant in the fit data from sending a line to 0 or 1 when it
+#: takes a value the fit never showed: standardized values capped at 3 sd (a value beyond
+#: counts as the most extreme one the fit could weigh), the features' scales first floored
+#: (in their own units: for the layout counts, one cut or one row) at 0, 0.5 or 1. A floor
+#: alone does not bound it: with a weak ridge the weight grows to fit a few lines.
+ROBUST: dict[str, dict[str, float]] = {
+    "cap3": {"z_max": 3.0},
+    "floor0.5+cap3": {"min_scale": 0.5, "z_max": 3.0},
+    "floor1+cap3": {"min_scale": 1.0, "z_max": 3.0},
+}
+
+
 def candidates(
-    names: list[str], compact: tuple[str, ...], base: tuple[str, ...] | None = None
+    names: list[str],
+    compact: tuple[str, ...],
+    base: tuple[str, ...] | None = None,
+    robust: bool = False,
 ) -> dict[str, Any]:
     """name -> fit(p, x, y): the raw-score maps and the feature logistic regressions (on the
     `base` features - all of `names` when None - or the `compact` ones; x always holds all
     `names`). When `names` holds the layout features (OCR), also a logistic regression on
     base + layout features ("logistic-layout") and an isotonic map corrected by a logistic
-    regression on its logit, the layout features and a few line features ("isotonic+layout")."""
+    regression on its logit, the layout features and a few line features ("isotonic+layout").
+    With `robust`, every feature regression comes in each `ROBUST` guard instead of unguarded
+    (named "logistic-layout cap3 l2=0.1")."""
     from streamfuse.text.calibration import FITTERS, fit_logistic, fit_stacked
 
     base = tuple(names) if base is None else base
@@ -932,21 +950,24 @@ def candidates(
     extra = tuple(f for f in _layout_extra() if f in names)
     wide = list(base) + list(extra)
     wcols = [names.index(f) for f in wide]
-    for l2 in L2_GRID:
-        out[f"logistic l2={l2:g}"] = lambda p, x, y, l2=l2: fit_logistic(
-            x[:, bcols], y, base, l2=l2
-        )
-        out[f"logistic-compact l2={l2:g}"] = lambda p, x, y, l2=l2: fit_logistic(
-            x[:, cols], y, compact, l2=l2
-        )
-    if extra:
+    guards: dict[str, dict[str, float]] = ROBUST if robust else {"": {}}
+    for tag, kw in guards.items():
+        sp = f" {tag}" if tag else ""
         for l2 in L2_GRID:
-            out[f"logistic-layout l2={l2:g}"] = lambda p, x, y, l2=l2: fit_logistic(
-                x[:, wcols], y, wide, l2=l2
+            out[f"logistic{sp} l2={l2:g}"] = lambda p, x, y, l2=l2, kw=kw: fit_logistic(
+                x[:, bcols], y, base, l2=l2, **kw
             )
-            out[f"isotonic+layout l2={l2:g}"] = lambda p, x, y, l2=l2: fit_stacked(
-                x, y, names, extra + STACKED_LINE, l2=l2
+            out[f"logistic-compact{sp} l2={l2:g}"] = lambda p, x, y, l2=l2, kw=kw: fit_logistic(
+                x[:, cols], y, compact, l2=l2, **kw
             )
+        if extra:
+            for l2 in L2_GRID:
+                out[f"logistic-layout{sp} l2={l2:g}"] = lambda p, x, y, l2=l2, kw=kw: fit_logistic(
+                    x[:, wcols], y, wide, l2=l2, **kw
+                )
+                out[f"isotonic+layout{sp} l2={l2:g}"] = lambda p, x, y, l2=l2, kw=kw: fit_stacked(
+                    x, y, names, extra + STACKED_LINE, l2=l2, **kw
+                )
     return out
 
 
@@ -959,6 +980,7 @@ def grouped_cv(
     feature_names: list[str],
     compact: tuple[str, ...],
     base: tuple[str, ...] | None = None,
+    robust: bool = False,
 ) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
     """Each candidate's out-of-fold ECE and Brier on the fitting samples, folds made of whole
     clips (so a candidate is judged on clips it did not see, as held-out will judge it)."""
@@ -970,7 +992,7 @@ def grouped_cv(
     )
     fold = np.array([fold_of[g] for g in groups])
     scores = {}
-    fitters = candidates(feature_names, compact, base)
+    fitters = candidates(feature_names, compact, base, robust)
     for name, fit in fitters.items():
         pred = np.empty_like(p)
         for k in range(FOLDS):
@@ -1019,6 +1041,7 @@ def calibrate(
     method: str | None = None,
     cv_by: str = "clip",
     base: tuple[str, ...] | None = None,
+    robust: bool = False,
 ) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:
     """Fit every candidate on the fit samples, pick the one with the lowest grouped-CV Brier,
     score raw / chosen / every candidate on held-out. Returns the chosen calibrator, the
@@ -1034,7 +1057,15 @@ def calibrate(
     # judged on a kind of data it was not fitted on at all.
     folds_of = groups if cv_by == "clip" else np.array([_source(g) for g in groups])
     cv, fitters = grouped_cv(
-        p[fit], x[fit], y[fit], folds_of[fit], seed, list(feature_names), COMPACT[name], base
+        p[fit],
+        x[fit],
+        y[fit],
+        folds_of[fit],
+        seed,
+        list(feature_names),
+        COMPACT[name],
+        base,
+        robust,
     )
     # Chosen by the cross-validated Brier score, a proper score: it rewards calibration and
     # sharpness together (ECE alone is noisy across folds and blind to a constant predictor).
@@ -1149,7 +1180,8 @@ def plot(path: Path, title: str, curves: dict[str, tuple[np.ndarray, np.ndarray]
 
 def _calibrate_ocr(o: list[dict[str, Any]], args: argparse.Namespace) -> Any:
     """`calibrate` for OCR lines (right: read exactly), as `analyse` and --ocr-only fit it:
-    the candidates of `candidates` on `OCR_FEATURES`, plus the layout ones."""
+    the candidates of `candidates` on `OCR_FEATURES`, plus the layout ones, every feature
+    model guarded against features (almost) constant in the fit data (`ROBUST`)."""
     from streamfuse.text.calibration import OCR_FEATURES
 
     return calibrate(
@@ -1162,6 +1194,7 @@ def _calibrate_ocr(o: list[dict[str, Any]], args: argparse.Namespace) -> Any:
         args.ocr_method,
         args.cv_by,
         base=OCR_FEATURES,
+        robust=True,  # third change rule: only guarded feature models (ROBUST)
     )
 
 
