@@ -47,6 +47,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import re
 import sys
 import tempfile
 import time
@@ -1026,8 +1027,10 @@ def _source(clip: str) -> str:
     if clip.startswith("layout-"):
         return "layout fit slides"
     head = clip.split("_")[0]
-    if head in ("dev", "heldout", "fresh") or (head.startswith("fresh-") and "_" in clip):
-        return "OCR set"  # a fresh set's OCR slides are named "<set>_NN"
+    # a fresh set's OCR slides are named "<set>_NN"; its speech clips "<set>-NN-<topic>", and
+    # a topic may hold "_" (fresh-d's "coral_reefs")
+    if head in ("dev", "heldout", "fresh") or re.fullmatch(r"fresh-[a-z]+_\d+", clip):
+        return "OCR set"
     return "generated speech"
 
 

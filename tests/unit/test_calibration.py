@@ -795,6 +795,8 @@ def test_ocr_only_analysis_chooses_by_leave_one_source_out_folds() -> None:
     assert {"logistic-layout cap3 l2=0.01", "isotonic+layout floor1+cap3 l2=0.01"} <= set(cv)
     assert not any(k.startswith("logistic-layout l2") for k in cv)  # no unguarded model
     assert bench._source("layout-8026") == "layout fit slides"
+    assert bench._source("fresh-d_01") == "OCR set"
+    assert bench._source("fresh-d-00-coral_reefs") == "generated speech"  # was "OCR set"
     assert {bench._source(c) for c in clips} == {
         "OCR set",
         "lecture",
