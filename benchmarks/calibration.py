@@ -32,7 +32,7 @@ package, `--plots DIR` draws reliability diagrams (matplotlib). Last line: one J
     python benchmarks/calibration.py [--quick] [--cache DIR] [--write-assets] [--plots DIR]
     python benchmarks/calibration.py --split fresh-a [--cache DIR] [--plots DIR]
 
-`--split fresh-a` / `fresh-b` / `fresh-c` fits nothing: it scores the calibrators the package ships,
+`--split fresh-a` (to `fresh-d`) fits nothing: it scores the calibrators the package ships,
 unchanged, on a fresh set of generated clips (scripts/fresh_sets.py: faces, layouts, topics,
 voices and seeds no other clip uses), with the same labels and scores, plus a clip-bootstrap
 interval of ECE(joint) / ECE(better single) on shared terms. `--ocr-only` collects and fits
@@ -47,6 +47,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import re
 import sys
 import tempfile
 import time
@@ -915,14 +916,32 @@ def _layout_extra() -> tuple[str, ...]:
 STACKED_LINE = ("cells", "width_per_char", "log_chars", "known_words", "symbols")
 
 
+#: How the robust feature candidates (OCR, third change rule: docs/calibration.md) keep a
+#: feature that is (almost) constant in the fit data from sending a line to 0 or 1 when it
+#: takes a value the fit never showed: standardized values capped at 3 sd (a value beyond
+#: counts as the most extreme one the fit could weigh), the features' scales first floored
+#: (in their own units: for the layout counts, one cut or one row) at 0, 0.5 or 1. A floor
+#: alone does not bound it: with a weak ridge the weight grows to fit a few lines.
+ROBUST: dict[str, dict[str, float]] = {
+    "cap3": {"z_max": 3.0},
+    "floor0.5+cap3": {"min_scale": 0.5, "z_max": 3.0},
+    "floor1+cap3": {"min_scale": 1.0, "z_max": 3.0},
+}
+
+
 def candidates(
-    names: list[str], compact: tuple[str, ...], base: tuple[str, ...] | None = None
+    names: list[str],
+    compact: tuple[str, ...],
+    base: tuple[str, ...] | None = None,
+    robust: bool = False,
 ) -> dict[str, Any]:
     """name -> fit(p, x, y): the raw-score maps and the feature logistic regressions (on the
     `base` features - all of `names` when None - or the `compact` ones; x always holds all
     `names`). When `names` holds the layout features (OCR), also a logistic regression on
     base + layout features ("logistic-layout") and an isotonic map corrected by a logistic
-    regression on its logit, the layout features and a few line features ("isotonic+layout")."""
+    regression on its logit, the layout features and a few line features ("isotonic+layout").
+    With `robust`, every feature regression comes in each `ROBUST` guard instead of unguarded
+    (named "logistic-layout cap3 l2=0.1")."""
     from streamfuse.text.calibration import FITTERS, fit_logistic, fit_stacked
 
     base = tuple(names) if base is None else base
@@ -932,21 +951,24 @@ def candidates(
     extra = tuple(f for f in _layout_extra() if f in names)
     wide = list(base) + list(extra)
     wcols = [names.index(f) for f in wide]
-    for l2 in L2_GRID:
-        out[f"logistic l2={l2:g}"] = lambda p, x, y, l2=l2: fit_logistic(
-            x[:, bcols], y, base, l2=l2
-        )
-        out[f"logistic-compact l2={l2:g}"] = lambda p, x, y, l2=l2: fit_logistic(
-            x[:, cols], y, compact, l2=l2
-        )
-    if extra:
+    guards: dict[str, dict[str, float]] = ROBUST if robust else {"": {}}
+    for tag, kw in guards.items():
+        sp = f" {tag}" if tag else ""
         for l2 in L2_GRID:
-            out[f"logistic-layout l2={l2:g}"] = lambda p, x, y, l2=l2: fit_logistic(
-                x[:, wcols], y, wide, l2=l2
+            out[f"logistic{sp} l2={l2:g}"] = lambda p, x, y, l2=l2, kw=kw: fit_logistic(
+                x[:, bcols], y, base, l2=l2, **kw
             )
-            out[f"isotonic+layout l2={l2:g}"] = lambda p, x, y, l2=l2: fit_stacked(
-                x, y, names, extra + STACKED_LINE, l2=l2
+            out[f"logistic-compact{sp} l2={l2:g}"] = lambda p, x, y, l2=l2, kw=kw: fit_logistic(
+                x[:, cols], y, compact, l2=l2, **kw
             )
+        if extra:
+            for l2 in L2_GRID:
+                out[f"logistic-layout{sp} l2={l2:g}"] = lambda p, x, y, l2=l2, kw=kw: fit_logistic(
+                    x[:, wcols], y, wide, l2=l2, **kw
+                )
+                out[f"isotonic+layout{sp} l2={l2:g}"] = lambda p, x, y, l2=l2, kw=kw: fit_stacked(
+                    x, y, names, extra + STACKED_LINE, l2=l2, **kw
+                )
     return out
 
 
@@ -959,6 +981,7 @@ def grouped_cv(
     feature_names: list[str],
     compact: tuple[str, ...],
     base: tuple[str, ...] | None = None,
+    robust: bool = False,
 ) -> tuple[dict[str, dict[str, float]], dict[str, Any]]:
     """Each candidate's out-of-fold ECE and Brier on the fitting samples, folds made of whole
     clips (so a candidate is judged on clips it did not see, as held-out will judge it)."""
@@ -970,7 +993,7 @@ def grouped_cv(
     )
     fold = np.array([fold_of[g] for g in groups])
     scores = {}
-    fitters = candidates(feature_names, compact, base)
+    fitters = candidates(feature_names, compact, base, robust)
     for name, fit in fitters.items():
         pred = np.empty_like(p)
         for k in range(FOLDS):
@@ -1004,8 +1027,10 @@ def _source(clip: str) -> str:
     if clip.startswith("layout-"):
         return "layout fit slides"
     head = clip.split("_")[0]
-    if head in ("dev", "heldout", "fresh") or (head.startswith("fresh-") and "_" in clip):
-        return "OCR set"  # a fresh set's OCR slides are named "<set>_NN"
+    # a fresh set's OCR slides are named "<set>_NN"; its speech clips "<set>-NN-<topic>", and
+    # a topic may hold "_" (fresh-d's "coral_reefs")
+    if head in ("dev", "heldout", "fresh") or re.fullmatch(r"fresh-[a-z]+_\d+", clip):
+        return "OCR set"
     return "generated speech"
 
 
@@ -1019,6 +1044,7 @@ def calibrate(
     method: str | None = None,
     cv_by: str = "clip",
     base: tuple[str, ...] | None = None,
+    robust: bool = False,
 ) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:
     """Fit every candidate on the fit samples, pick the one with the lowest grouped-CV Brier,
     score raw / chosen / every candidate on held-out. Returns the chosen calibrator, the
@@ -1034,7 +1060,15 @@ def calibrate(
     # judged on a kind of data it was not fitted on at all.
     folds_of = groups if cv_by == "clip" else np.array([_source(g) for g in groups])
     cv, fitters = grouped_cv(
-        p[fit], x[fit], y[fit], folds_of[fit], seed, list(feature_names), COMPACT[name], base
+        p[fit],
+        x[fit],
+        y[fit],
+        folds_of[fit],
+        seed,
+        list(feature_names),
+        COMPACT[name],
+        base,
+        robust,
     )
     # Chosen by the cross-validated Brier score, a proper score: it rewards calibration and
     # sharpness together (ECE alone is noisy across folds and blind to a constant predictor).
@@ -1149,7 +1183,8 @@ def plot(path: Path, title: str, curves: dict[str, tuple[np.ndarray, np.ndarray]
 
 def _calibrate_ocr(o: list[dict[str, Any]], args: argparse.Namespace) -> Any:
     """`calibrate` for OCR lines (right: read exactly), as `analyse` and --ocr-only fit it:
-    the candidates of `candidates` on `OCR_FEATURES`, plus the layout ones."""
+    the candidates of `candidates` on `OCR_FEATURES`, plus the layout ones, every feature
+    model guarded against features (almost) constant in the fit data (`ROBUST`)."""
     from streamfuse.text.calibration import OCR_FEATURES
 
     return calibrate(
@@ -1162,6 +1197,7 @@ def _calibrate_ocr(o: list[dict[str, Any]], args: argparse.Namespace) -> Any:
         args.ocr_method,
         args.cv_by,
         base=OCR_FEATURES,
+        robust=True,  # third change rule: only guarded feature models (ROBUST)
     )
 
 
@@ -1655,8 +1691,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--split",
         default="heldout",
-        help="heldout: fit on the fit clips, score the held-out ones (default); fresh-a, fresh-b, "
-        "fresh-c: score the SHIPPED calibrators, unchanged, on a fresh set "
+        help="heldout: fit on the fit clips, score the held-out ones (default); fresh-a to "
+        "fresh-d: score the SHIPPED calibrators, unchanged, on a fresh set "
         "(scripts/fresh_sets.py), fitting nothing",
     )
     args = parser.parse_args(argv)

@@ -82,6 +82,12 @@ FRESH_FACES: dict[str, str] = {
     "urw-gothic-bold-oblique": _URW + "URWGothic-DemiOblique.otf",
     "urw-bookman-italic": _URW + "URWBookman-LightItalic.otf",
     "urw-bookman-bold-italic": _URW + "URWBookman-DemiItalic.otf",
+    # fresh-d's faces: the last installed faces no generator names - FreeMono Bold Oblique, the
+    # Latin letters of DejaVu Math TeX Gyre (a serif close in design to DejaVu Serif, which the
+    # generators use) and URW Z003 (a chancery script)
+    "free-mono-bold-oblique": "freefont/FreeMonoBoldOblique.ttf",
+    "dejavu-math": "dejavu/DejaVuMathTeXGyre.ttf",
+    "urw-z003-italic": _URW + "Z003-MediumItalic.otf",
 }
 
 #: What the earlier generators use (checked by tests/unit/test_calibration.py).
@@ -1222,7 +1228,311 @@ FRESH_C = FreshSet(
     redraws=16,
 )
 
-FRESH_SETS: dict[str, FreshSet] = {s.name: s for s in (FRESH_A, FRESH_B, FRESH_C)}
+_VARIANTS_D = [  # the espeak-ng variants left that sound unlike every voice used before
+    "Demonic",
+    "UniRobot",
+    "anikaRobot",
+    "announcer",
+    "robosoft",
+    "robosoft2",
+    "robosoft3",
+    "robosoft4",
+    "robosoft5",
+    "robosoft6",
+    "robosoft7",
+    "robosoft8",
+    "whisper",
+    "whisperf",
+]
+
+TOPICS_D: dict[str, Topic] = {
+    "coral_reefs": Topic(
+        [
+            ["Coral reefs", "polyps and their algae", "calcium carbonate skeletons"],
+            ["Reef bleaching", "warm water stress", "slow recovery of the reef"],
+        ],
+        [
+            "Each coral polyp lives together with tiny algae inside its tissue.",
+            "The polyps build calcium carbonate skeletons layer by layer.",
+            "Warm water stress makes the coral push its algae out and turn white.",
+            "The slow recovery of the reef can take a decade or more.",
+        ],
+    ),
+    "garbage_collection": Topic(
+        [
+            ["Garbage collection", "mark and sweep", "reachable objects"],
+            ["Generational collectors", "the young generation", "stop the world pauses"],
+        ],
+        [
+            "A mark and sweep collector first marks every reachable object.",
+            "Whatever the marking phase never touched is swept away afterwards.",
+            "Most objects die young, so the young generation is collected often.",
+            "Concurrent collectors try to keep stop the world pauses short.",
+        ],
+    ),
+    "wind_turbines": Topic(
+        [
+            ["Wind turbines", "blade pitch control", "gearbox and generator"],
+            ["Wind farms", "wake losses downstream", "offshore foundations"],
+        ],
+        [
+            "Blade pitch control turns the blades to limit speed in a storm.",
+            "The gearbox and generator sit in the nacelle at the top of the tower.",
+            "Wake losses downstream mean turbines must stand well apart.",
+            "Offshore foundations are driven deep into the seabed.",
+        ],
+    ),
+    "printing_press": Topic(
+        [
+            ["The printing press", "movable metal type", "oil based ink"],
+            ["Spread of books", "cheaper pamphlets", "standard spelling"],
+        ],
+        [
+            "Movable metal type let a printer reuse letters for every page.",
+            "Oil based ink stuck to metal far better than the older water inks.",
+            "Cheaper pamphlets carried new ideas across whole countries.",
+            "Printed books slowly pushed writers toward a standard spelling.",
+        ],
+    ),
+    "sleep": Topic(
+        [
+            ["The science of sleep", "rapid eye movement", "circadian rhythm"],
+            ["Sleep and memory", "slow wave sleep", "effects of caffeine"],
+        ],
+        [
+            "Most vivid dreams happen during rapid eye movement sleep.",
+            "The circadian rhythm follows daylight through a small clock in the brain.",
+            "During slow wave sleep the brain replays what it learned that day.",
+            "The effects of caffeine can last for six hours after a cup.",
+        ],
+    ),
+    "sorting": Topic(
+        [
+            ["Sorting algorithms", "merge sort", "quicksort partitions"],
+            ["Sorting in practice", "stable ordering", "radix sort on integers"],
+        ],
+        [
+            "Merge sort splits the list in half and merges the sorted halves.",
+            "Quicksort partitions the list around a pivot value.",
+            "A stable ordering keeps equal keys in the order they arrived.",
+            "Radix sort on integers looks at one digit at a time.",
+        ],
+    ),
+}
+
+
+def _ocr_slides_d() -> list[HardSlide]:
+    return [
+        HardSlide(
+            "plain_table_ferry_times",
+            (250, 252, 255),
+            (
+                _tb(["Ferry times"], "dejavu-math", 46, INK, 88, 44),
+                Table(  # no rules, no bands, a right-aligned last column
+                    88,
+                    146,
+                    (300, 200, 170),
+                    (
+                        ("Crossing", "Leaves", "Minutes"),
+                        ("Harbour to isle", "07:15", "35"),
+                        ("Isle to point", "09:40", "20"),
+                        ("Point to harbour", "12:05", "55"),
+                    ),
+                    "dejavu-math",
+                    "dejavu-math",
+                    27,
+                    "zebra",
+                    INK,
+                    (0, 0, 0),
+                    band=(250, 252, 255),
+                    right=(2,),
+                ),
+            ),
+        ),
+        HardSlide(
+            "code_dark_retry_budget",
+            (24, 26, 30),
+            (
+                _tb(["Bounded retries"], "dejavu-math", 40, (240, 200, 120), 64, 34),
+                _tb(
+                    [
+                        "left = budget[key]",
+                        "while left > 0 and not ok:",
+                        "    ok = send(msg); left -= 1",
+                        "log.warn('gave up: %s', key)",
+                        "return {'sent': ok}",
+                    ],
+                    "free-mono-bold-oblique",
+                    25,
+                    (220, 220, 220),
+                    76,
+                    132,
+                    spacing=1.6,
+                ),
+            ),
+        ),
+        HardSlide(
+            "two_columns_paper_screen",
+            (252, 246, 238),
+            (
+                _tb(["Paper or screen"], "urw-z003-italic", 50, (90, 30, 20), 644, 26, "center"),
+                _tb(["On paper"], "dejavu-math", 30, (90, 30, 20), 150, 160),
+                _tb(
+                    ["Needs no battery", "Easy to scribble on"],
+                    "dejavu-math",
+                    25,
+                    INK,
+                    150,
+                    222,
+                ),
+                _tb(["On screen"], "dejavu-math", 30, (90, 30, 20), 690, 160),
+                _tb(
+                    ["Search in a second", "Shared with anyone"],
+                    "dejavu-math",
+                    25,
+                    INK,
+                    690,
+                    222,
+                ),
+            ),
+        ),
+        HardSlide(
+            "quadrants_kitchen_roles",
+            (244, 250, 244),
+            (
+                _tb(["Who does what"], "dejavu-math", 42, INK, 84, 26),
+                _tb(["Chef"], "dejavu-math", 27, (0, 90, 60), 160, 140),
+                _tb(["Plans the menu", "Tastes every sauce"], "dejavu-math", 22, INK, 160, 188),
+                _tb(["Baker"], "dejavu-math", 27, (0, 90, 60), 700, 140),
+                _tb(["Proves the dough", "Bakes before dawn"], "dejavu-math", 22, INK, 700, 188),
+                _tb(["Porter"], "dejavu-math", 27, (0, 90, 60), 160, 420),
+                _tb(["Washes the pans", "Carries the crates"], "dejavu-math", 22, INK, 160, 468),
+                _tb(["Waiter"], "dejavu-math", 27, (0, 90, 60), 700, 420),
+                _tb(["Takes the orders", "Clears the tables"], "dejavu-math", 22, INK, 700, 468),
+            ),
+        ),
+        HardSlide(
+            "two_photos_captions_river",
+            (238, 238, 238),
+            (
+                Photo((80, 100, 600, 440), seed=43011),
+                Photo((680, 100, 1200, 440), seed=43012),
+                _tb(["River in spring"], "dejavu-math", 24, INK, 340, 470, "center"),
+                _tb(["River in autumn"], "dejavu-math", 24, INK, 940, 470, "center"),
+            ),
+        ),
+        HardSlide(
+            "rules_table_rainfall",
+            (252, 252, 252),
+            (
+                _tb(["Rainfall by month"], "urw-z003-italic", 50, (20, 50, 90), 644, 30, "center"),
+                Table(
+                    300,
+                    140,
+                    (300, 170, 170),
+                    (
+                        ("Month", "mm", "Days"),
+                        ("March", "48", "11"),
+                        ("June", "62", "9"),
+                        ("September", "71", "13"),
+                        ("December", "85", "17"),
+                    ),
+                    "dejavu-math",
+                    "dejavu-math",
+                    27,
+                    "rules",
+                    INK,
+                    (40, 60, 90),
+                    right=(1, 2),
+                ),
+            ),
+        ),
+        HardSlide(
+            "title_slide_plum",
+            (80, 30, 70),
+            (
+                _tb(["Week 9"], "urw-z003-italic", 72, WHITE, 130, 190),
+                _tb(["Heaps and priority queues"], "dejavu-math", 40, WHITE, 130, 300),
+                _tb(["push, pop, decrease-key"], "free-mono-bold-oblique", 24, WHITE, 130, 430),
+            ),
+        ),
+        HardSlide(
+            "grid_table_library",
+            (255, 255, 255),
+            (
+                _tb(["Library hours"], "dejavu-math", 44, INK, 64, 28),
+                Table(
+                    64,
+                    116,
+                    (230, 250, 250, 230),
+                    (
+                        ("Branch", "Opens", "Closes", "Floor"),
+                        ("Central", "08:30", "20:00", "G"),
+                        ("Riverside", "10:00", "18:00", "1"),
+                        ("Hillcrest", "09:00", "17:30", "2"),
+                    ),
+                    "dejavu-math",
+                    "dejavu-math",
+                    26,
+                    "grid",
+                    INK,
+                    (70, 70, 70),
+                ),
+            ),
+        ),
+        HardSlide(
+            "photo_banner_and_notes",
+            (36, 40, 36),
+            (
+                Photo(
+                    (70, 70, 630, 470),
+                    seed=43021,
+                    text=("Orchard in May",),
+                    font="dejavu-math",
+                    size_px=32,
+                ),
+                _tb(
+                    ["Blossom opens first", "Bees visit at midday", "Fruit sets in June"],
+                    "dejavu-math",
+                    26,
+                    (232, 232, 232),
+                    690,
+                    130,
+                    spacing=1.8,
+                ),
+            ),
+        ),
+    ]
+
+
+FRESH_D = FreshSet(
+    name="fresh-d",
+    seed=43_000,
+    topics=TOPICS_D,
+    voices=[f"{ACCENTS[(i + 2) % len(ACCENTS)]}+{v}" for i, v in enumerate(_VARIANTS_D)],
+    slide_faces=[
+        ("dejavu-math", "urw-z003-italic"),
+        ("urw-z003-italic", "dejavu-math"),
+        ("free-mono-bold-oblique", "dejavu-math"),
+    ],
+    themes=[
+        ((240, 236, 250), (70, 20, 120)),  # violet on lavender
+        ((20, 40, 30), (210, 250, 200)),  # mint on dark green
+        ((255, 240, 240), (150, 20, 30)),  # crimson on blush
+        ((40, 30, 20), (255, 200, 140)),  # apricot on dark brown
+        ((248, 252, 248), (170, 190, 170)),  # sage on white (low contrast)
+    ],
+    layouts=[
+        SlideLayout(640, 60, "center", 200, 220, "left"),
+        SlideLayout(90, 70, "left", 640, 250, "center", bullet=(200, 120, 0)),
+        SlideLayout(1190, 60, "right", 1190, 230, "right"),
+        SlideLayout(640, 540, "center", 110, 170, "left", bullet=(90, 90, 200)),
+    ],
+    ocr_slides=_ocr_slides_d(),
+    redraws=16,
+)
+
+FRESH_SETS: dict[str, FreshSet] = {s.name: s for s in (FRESH_A, FRESH_B, FRESH_C, FRESH_D)}
 FONTS.update(FRESH_FACES)
 
 

@@ -195,6 +195,65 @@ def test_feature_calibrator_corrects_a_shift_a_raw_score_map_cannot_see() -> Non
     assert one == round(one, 3) and one < feat({"logit_p": 1.0, "recent_mean_p": 0.8})
 
 
+def _rare_feature_fit_data(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """A raw score and a layout count that is 0 on all but three fit lines (those wrong), as
+    `inferred_cuts` was in the second refit's fit data (fit sd ~0.05)."""
+    raw, y = overconfident(n, seed)
+    rare = np.zeros(n)
+    rare[:3], y[:3] = 1.0, 0.0
+    return np.column_stack([logit(raw), rare]), y, ["logit_conf", "inferred_cuts"]
+
+
+@pytest.mark.parametrize(
+    "guard", [{"z_max": 3.0}, {"min_scale": 0.5, "z_max": 3.0}, {"min_scale": 1.0, "z_max": 3.0}]
+)
+def test_a_feature_almost_constant_in_the_fit_cannot_send_a_line_to_0_or_1(
+    guard: dict[str, float],
+) -> None:
+    x, y, names = _rare_feature_fit_data(1500, 12)
+    seen = {"logit_conf": 3.0, "inferred_cuts": 0.0}
+    unseen = {"logit_conf": 3.0, "inferred_cuts": 3.0}  # more cuts than any fit line had
+    loose = fit_logistic(x, y, names, l2=0.1)
+    assert loose.scale[1] < 0.05 and loose(unseen) < 0.02  # the failure: ~60 sd out, p ~ 0
+    safe = fit_logistic(x, y, names, l2=0.1, **guard)
+    p_seen, p_unseen = safe(seen), safe(unseen)
+    assert 0.05 < p_unseen <= p_seen < 0.99
+    # capped: no further than 3 sd of the (floored) scale, however far out the value is
+    assert safe(unseen) == safe({"logit_conf": 3.0, "inferred_cuts": 30.0})
+    again = FeatureCalibrator.model_validate_json(safe.model_dump_json())  # the guard ships
+    assert again(unseen) == p_unseen and again.z_max == guard.get("z_max")
+    with pytest.raises(CalibrationError, match="min_scale"):
+        fit_logistic(x, y, names, min_scale=-1.0)
+
+
+def test_every_ocr_feature_candidate_is_guarded_against_rare_layout_features() -> None:
+    """The OCR candidates the benchmark chooses among (third change rule): none sends a line to
+    0 or 1 because a layout feature (almost) constant in the fit takes a value it never had."""
+    bench = _benchmark()
+    rng = np.random.default_rng(5)
+    names = [*OCR_FEATURES, *OCR_LAYOUT_FEATURES, *OCR_CONTEXT_FEATURES]
+    n = 1200
+    raw, y = overconfident(n, 13)
+    x = rng.normal(size=(n, len(names)))
+    x[:, names.index("logit_conf")] = logit(raw)
+    for rare in (*OCR_LAYOUT_FEATURES, *OCR_CONTEXT_FEATURES):
+        x[:, names.index(rare)] = 0.0
+    x[:3, names.index("inferred_cuts")], y[:3] = 1.0, 0.0
+    line = x[3:4].copy()
+    line[0, names.index("logit_conf")] = 3.0
+    odd = line.copy()
+    odd[0, names.index("inferred_cuts")] = 3.0
+    odd[0, names.index("gap_bridged")] = 6.0  # never non-zero in this fit
+    fitters = bench.candidates(names, bench.COMPACT["ocr"], tuple(OCR_FEATURES), robust=True)
+    assert len(fitters) == 3 + 4 * 3 * len(bench.ROBUST)
+    for name, fit in fitters.items():
+        model = fit(raw, x, y)
+        p_line, p_odd = (
+            float(bench._apply(model, r, sigmoid(r[:, 0]), names)[0]) for r in (line, odd)
+        )
+        assert 0.05 < p_odd < 0.995 and p_line > 0.5, name
+
+
 def test_feature_calibrator_rejects_bad_shapes_and_missing_features() -> None:
     with pytest.raises(ValueError, match="2 features but 1/1/1"):
         FeatureCalibrator(features=["a", "b"], mean=[0.0], scale=[1.0], coef=[1.0])
@@ -731,9 +790,13 @@ def test_ocr_only_analysis_chooses_by_leave_one_source_out_folds() -> None:
     assert out["summary"]["ocr_chosen_by"] == "cross-validated Brier (folds by source)"
     cv = out["summary"]["ocr_cv"]
     assert out["summary"]["ocr_chosen"] == min(cv, key=lambda k: cv[k]["brier"])
-    assert len(cv) == 15  # 3 raw-score maps, 4 x 3 logistic regressions (2 with layout)
-    assert {"logistic-layout l2=0.01", "isotonic+layout l2=0.01"} <= set(cv)
+    # 3 raw-score maps, 4 x 3 logistic regressions (2 with layout) in each of 3 guards
+    assert len(cv) == 3 + 4 * 3 * len(bench.ROBUST) == 39
+    assert {"logistic-layout cap3 l2=0.01", "isotonic+layout floor1+cap3 l2=0.01"} <= set(cv)
+    assert not any(k.startswith("logistic-layout l2") for k in cv)  # no unguarded model
     assert bench._source("layout-8026") == "layout fit slides"
+    assert bench._source("fresh-d_01") == "OCR set"
+    assert bench._source("fresh-d-00-coral_reefs") == "generated speech"  # was "OCR set"
     assert {bench._source(c) for c in clips} == {
         "OCR set",
         "lecture",

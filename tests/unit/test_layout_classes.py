@@ -357,6 +357,15 @@ def test_the_layout_features_reach_the_calibration_features_and_the_event() -> N
     line = OcrLine("Sample A Sample B", (90, 490, 900, 520), 0.99, (), 12.5, 0)
     record = line.to_payload(shipped("ocr"), scale=1.0, mean_conf=0.99, n_lines=3)
     assert record.gap_bridged == 12.5 and record.inferred_cuts == 0
-    # The shipped calibrator is not refitted: it reads none of the new features.
+    # The shipped calibrator (third change rule, docs/calibration.md) reads gap_bridged, which
+    # is 0 on nearly every fit line: a bridged gap lowers the line's conf, but the cap on
+    # standardized features keeps it from 0 however wide the gap (the second rule's map gave 0.0).
     same = OcrLine("Sample A Sample B", (90, 490, 900, 520), 0.99)
-    assert record.conf == same.to_payload(shipped("ocr"), scale=1.0, mean_conf=0.99, n_lines=3).conf
+    plain_conf = same.to_payload(shipped("ocr"), scale=1.0, mean_conf=0.99, n_lines=3).conf
+    assert 0.3 < record.conf < plain_conf
+    # one line height is already beyond 3 fit sd: capped, it counts as much as 12.5
+    narrower = OcrLine("Sample A Sample B", (90, 490, 900, 520), 0.99, (), 1.0, 0)
+    assert (
+        narrower.to_payload(shipped("ocr"), scale=1.0, mean_conf=0.99, n_lines=3).conf
+        == record.conf
+    )

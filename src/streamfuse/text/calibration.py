@@ -482,6 +482,13 @@ class FeatureCalibrator(BaseModel):
     n_fit: int = Field(0, ge=0)
     base: Calibrator | None = Field(None, description="Raw-score map behind `logit_base`.")
     base_of: str = Field("logit_conf", description="The feature holding the raw score's logit.")
+    z_max: float | None = Field(
+        None,
+        gt=0.0,
+        description="Standardized features are clipped to +-z_max before the weights apply "
+        "(None: not clipped), so a value the fit data (almost) never showed moves the "
+        "log-odds by at most z_max x its weight.",
+    )
 
     @model_validator(mode="after")
     def _shapes(self) -> FeatureCalibrator:
@@ -527,6 +534,8 @@ class FeatureCalibrator(BaseModel):
     def apply(self, x: ArrayLike) -> F64:
         """Probabilities of the rows of `x` ((n, k), columns in `features` order)."""
         z = (np.atleast_2d(_arr(x)) - _arr(self.mean)) / _arr(self.scale)
+        if self.z_max is not None:
+            z = np.clip(z, -self.z_max, self.z_max)
         return sigmoid(z @ _arr(self.coef) + self.intercept)
 
     def __call__(self, features: Mapping[str, float]) -> float:
@@ -548,11 +557,13 @@ def fit_stacked(
     base_of: str = "logit_conf",
     l2: float = 1e-2,
     target: str = "",
+    z_max: float | None = None,
+    min_scale: float = 0.0,
 ) -> FeatureCalibrator:
     """An isotonic map of the raw score (read from the feature `base_of` of `x`, whose
     columns are `features`), then a ridge logistic regression on its logit and the `extra`
     features: the raw-score map where the extra features are typical, corrected where they
-    are not."""
+    are not. `z_max` and `min_scale` as for `fit_logistic`."""
     xa = np.atleast_2d(_arr(x))
     names = list(features)
     raw = sigmoid(xa[:, names.index(base_of)])
@@ -560,25 +571,42 @@ def fit_stacked(
     z = np.column_stack(
         [base_logit(base, xa[:, names.index(base_of)])] + [xa[:, names.index(f)] for f in extra]
     )
-    model = fit_logistic(z, labels, ["base", *extra], l2=l2, target=target)
+    model = fit_logistic(
+        z, labels, ["base", *extra], l2=l2, target=target, z_max=z_max, min_scale=min_scale
+    )
     fields = model.model_dump() | {"features": [BASE_FEATURE, *extra], "base_of": base_of}
     return FeatureCalibrator.model_validate(fields | {"base": base})
 
 
 def fit_logistic(
-    x: ArrayLike, labels: ArrayLike, features: Sequence[str], *, l2: float = 1e-2, target: str = ""
+    x: ArrayLike,
+    labels: ArrayLike,
+    features: Sequence[str],
+    *,
+    l2: float = 1e-2,
+    target: str = "",
+    z_max: float | None = None,
+    min_scale: float = 0.0,
 ) -> FeatureCalibrator:
     """Ridge logistic regression of the labels on standardized features (Newton's method; the
-    intercept is not penalized)."""
+    intercept is not penalized). Against features that are (almost) constant in the fit data,
+    whose tiny spread would make an unseen value tens of standard deviations: `min_scale`
+    floors each feature's scale (in the feature's own units) and `z_max` clips standardized
+    values, in the fit and whenever the calibrator is applied."""
     xa = np.atleast_2d(_arr(x))
     y = _arr(labels).ravel()
     if xa.shape != (y.size, len(features)):
         raise CalibrationError(f"{xa.shape} feature matrix for {y.size} labels x {len(features)}")
+    if min_scale < 0.0 or (z_max is not None and z_max <= 0.0):
+        raise CalibrationError(f"min_scale {min_scale} must be >= 0 and z_max {z_max} > 0")
     _check(np.full(y.size, 0.5), y)
     mean = xa.mean(axis=0)
     scale = xa.std(axis=0)
-    scale = np.where(scale > 1e-9, scale, 1.0)
-    w, b = _ridge_logistic((xa - mean) / scale, y, l2)
+    scale = np.maximum(np.where(scale > 1e-9, scale, 1.0), min_scale)
+    z = (xa - mean) / scale
+    if z_max is not None:
+        z = np.clip(z, -z_max, z_max)
+    w, b = _ridge_logistic(z, y, l2)
     return FeatureCalibrator(
         target=target,
         features=list(features),
@@ -588,6 +616,7 @@ def fit_logistic(
         intercept=b,
         l2=l2,
         n_fit=int(y.size),
+        z_max=z_max,
     )
 
 
