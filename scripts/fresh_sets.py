@@ -5,7 +5,8 @@ chosen or scored on (the calibration fit clips, the OCR and speech sets' `dev`, 
 `fresh` splits, their redrawn and reseeded copies, the bundled lecture) on every axis the
 generators offer:
 
-- fonts: faces of the same Debian packages (fonts-dejavu, fonts-liberation, fonts-freefont-ttf)
+- fonts: faces of the same Debian packages (fonts-dejavu-core and -extra, fonts-liberation,
+  fonts-freefont-ttf, fonts-urw-base35)
   that no generator names (`make_demo_clip.FONTS` after `make_ocr_hard_set` added its own);
 - layouts and contents: OCR slides written here (other tables, code, photos, columns, lists),
   the speech clips' slides in other themes and other places on the slide, other lecture topics
