@@ -219,6 +219,23 @@ class AsrConfig(BaseModel):
         description="Slide priming also on the utterance-end pass's lookback (the re-read of "
         "earlier utterances); off: that pass is unprimed, only the passes over the buffer are.",
     )
+    prime_guard: Literal["off", "lookback", "full", "all"] = Field(
+        "off",
+        description="Slide priming: which primed passes are also decoded unprimed, the primed "
+        "reading kept only where it hears a slide term in place of similar-sounding words "
+        "(`priming.guard_primed`): 'lookback' the utterance-end passes that re-read earlier "
+        "utterances, 'full' every full-window pass, 'all' every pass; 'off' none.",
+    )
+    prime_fast: bool = Field(
+        True,
+        description="Slide priming also on the fast updates inside speech; off: only the "
+        "full-window passes (at pauses and utterance ends, the ones that revise) are primed.",
+    )
+    prime_form: Literal["list", "lines"] = Field(
+        "list",
+        description="Slide priming: how the terms reach Whisper's previous-text prompt: 'list' "
+        "the terms comma-separated, 'lines' the slide lines that hold them, as sentences.",
+    )
     prime_window_s: float = Field(
         60.0, ge=1.0, le=600.0, description="Slide priming: terms on screen this recently."
     )

@@ -30,7 +30,13 @@ import numpy as np
 
 from streamfuse.audio.config import AsrConfig
 from streamfuse.audio.policy import LocalAgreement, Word, join_words
-from streamfuse.audio.priming import ScreenTerms, drop_recited, drop_unspoken_terms, relevant
+from streamfuse.audio.priming import (
+    ScreenTerms,
+    drop_recited,
+    drop_unspoken_terms,
+    guard_primed,
+    relevant,
+)
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
 from streamfuse.audio.vad import GateEvent, SileroVad, SpeechGate, VadChunk
 from streamfuse.errors import StageError
@@ -377,11 +383,20 @@ class AsrStage(Stage):
             n = len(audio)
         prompt = self._prompt(t0)
         # The lookback pass re-reads earlier utterances: primed or not (`prime_lookback`).
-        terms = self._terms(until) if t0 >= self._buf_t0 or self.config.prime_lookback else []
+        cfg = self.config
+        primed = (t0 >= self._buf_t0 or cfg.prime_lookback) and (cfg.prime_fast or not fast)
+        terms = self._terms(until) if primed else []
         started = time.perf_counter()
         raw = await self.run_blocking(
-            self._transcriber.transcribe, audio, prompt, fast=fast, hotwords=terms
+            self._transcriber.transcribe,
+            audio,
+            prompt,
+            fast=fast,
+            hotwords=self._hint(until, terms),
         )
+        if terms and self._guarded(fast=fast, lookback=t0 < self._buf_t0):
+            plain = await self.run_blocking(self._transcriber.transcribe, audio, prompt, fast=fast)
+            raw = guard_primed(plain, raw, terms)
         self.inference_s += time.perf_counter() - started
         self.inferences += 1
         log.debug(
@@ -568,6 +583,25 @@ class AsrStage(Stage):
         if not relevant(heard, screen.lines(t), cfg.prime_min_overlap):
             return []
         return screen.terms(t, self._transcriber.token_count, cfg.prime_max_terms)
+
+    def _hint(self, t: float, terms: list[str]) -> list[str]:
+        """What the model is primed with: the terms, or the slide lines holding them."""
+        if not terms or self.config.prime_form == "list" or self.screen_terms is None:
+            return terms
+        keys = {Word(x, 0.0, 0.0).key for x in terms}
+        lines: list[str] = []
+        for line in self.screen_terms.lines(t):
+            text = line.strip().rstrip(".")
+            if text not in lines and keys & {Word(x, 0.0, 0.0).key for x in text.split()}:
+                lines.append(text)
+        return [". ".join(lines) + "."]
+
+    def _guarded(self, *, fast: bool, lookback: bool) -> bool:
+        """Whether a primed pass is checked against an unprimed one (`prime_guard`)."""
+        guard = self.config.prime_guard
+        return (
+            guard == "all" or (guard == "full" and not fast) or (guard == "lookback" and lookback)
+        )
 
     def _prompt(self, t0: float) -> str:
         """Committed text that precedes media time `t0`, where the audio transcribed starts
