@@ -74,9 +74,38 @@ def test_observer_takes_confident_ocr_lines_of_its_own_stream() -> None:
     assert terms.terms(4.0) == []
 
 
-def _words(text: str, start_s: float = 0.0) -> list[Word]:
+def _words(text: str) -> list[Word]:
+    return [Word(" " + w, i * 0.3, i * 0.3 + 0.25) for i, w in enumerate(text.split())]
+
+
+def test_a_recited_run_of_terms_is_dropped_a_spoken_phrase_kept() -> None:
+    terms = ["Kubernetes", "etcd", "kubelet", "autoscaler", "Gram", "Schmidt", "orthogonalisation"]
+    recited = _words("so Kubernetes, etcd, kubelet, autoscaler. and then")
+    assert [w.word.strip() for w in drop_recited(recited, terms)] == ["so", "and", "then"]
+    spoken = _words("use Gram Schmidt orthogonalisation on kubelet logs")
+    assert drop_recited(spoken, terms) == spoken
+    assert drop_recited(recited, []) == recited
+
+
+def test_a_primed_term_in_a_pause_is_dropped_one_in_speech_kept() -> None:
+    words = [
+        Word(" Lecture", 15.9, 16.2, 0.46),  # echoed from the slide into a pause
+        Word(" The", 17.2, 17.4, 0.84),
+        Word(" Kubernetes", 17.4, 18.0, 0.93),
+        Word(" um", 18.0, 18.3, 0.45),  # not primed: left to the other filters
+    ]
+
+    def speech(w: Word) -> float:  # the VAD heard a pause from 15.5 to 17.0 s
+        return 0.1 if w.t_end < 17.0 else 0.9
+
+    kept = drop_unspoken_terms(words, ["LECTURE", "Kubernetes"], speech, 0.5)
+    assert [w.word for w in kept] == [" The", " Kubernetes", " um"]
+    assert drop_unspoken_terms(words, [], speech, 0.5) == words
+
+
+def _slots(text: str) -> list[Word]:
     """Words 0.4 s apart; a word written "a|b" spans two slots (said as the two words were)."""
-    out, t = [], start_s
+    out, t = [], 0.0
     for w in text.split():
         slots = w.count("|") + 1
         out.append(Word(" " + w.replace("|", ""), t, t + 0.4 * slots - 0.1))
@@ -88,7 +117,7 @@ def test_guard_takes_a_primed_term_only_in_place_of_words_spelled_like_it() -> N
     terms = ["Kubernetes", "etcd", "taints", "Electron", "transport", "priors"]
 
     def guarded(plain: str, primed: str) -> str:
-        return " ".join(w.word.strip() for w in guard_primed(_words(plain), _words(primed), terms))
+        return " ".join(w.word.strip() for w in guard_primed(_slots(plain), _slots(primed), terms))
 
     # A misheard term (one word or several) becomes the term the slide shows, or a form of it.
     assert guarded("Cuban eat-srun containers", "Kubernetes runs containers") == (
@@ -96,7 +125,8 @@ def test_guard_takes_a_primed_term_only_in_place_of_words_spelled_like_it() -> N
     )
     assert guarded("keeps state in etsy.", "keeps state in etcd.") == "keeps state in etcd."
     assert (
-        guarded("Ten generations| keep", "Taint and tolerations keep") == "Taint and tolerations keep"
+        guarded("Ten generations| keep", "Taint and tolerations keep")
+        == "Taint and tolerations keep"
     )
     # Primed changes that are no slide terms keep the unprimed words.
     assert guarded("the control plane keeps", "a control plane keep") == "the control plane keeps"
@@ -111,4 +141,4 @@ def test_guard_takes_a_primed_term_only_in_place_of_words_spelled_like_it() -> N
     # Where the unprimed reading has a form of a term already, priming has nothing to add.
     assert guarded("the prior taint", "the priors taints") == "the prior taint"
     # Unprimed: the plain reading as it is.
-    assert guard_primed(_words("a b"), _words("c d"), []) == _words("a b")
+    assert guard_primed(_slots("a b"), _slots("c d"), []) == _slots("a b")

@@ -437,7 +437,7 @@ class SlideBiasedTranscriber(ScriptedTranscriber):
         return out
 
 
-@pytest.mark.parametrize("guard", ["all", "full", "lookback"])
+@pytest.mark.parametrize("guard", ["all", "full"])
 def test_the_prime_guard_keeps_a_heard_term_and_drops_an_imitated_one(
     clip: np.ndarray, guard: str
 ) -> None:

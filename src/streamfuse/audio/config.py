@@ -231,11 +231,6 @@ class AsrConfig(BaseModel):
         description="Slide priming also on the fast updates inside speech; off: only the "
         "full-window passes (at pauses and utterance ends, the ones that revise) are primed.",
     )
-    prime_form: Literal["list", "lines"] = Field(
-        "list",
-        description="Slide priming: how the terms reach Whisper's previous-text prompt: 'list' "
-        "the terms comma-separated, 'lines' the slide lines that hold them, as sentences.",
-    )
     prime_window_s: float = Field(
         60.0, ge=1.0, le=600.0, description="Slide priming: terms on screen this recently."
     )

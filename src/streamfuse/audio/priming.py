@@ -9,7 +9,9 @@ model's tokenizer splits into several pieces: a common word needs no priming), n
 a small cap, priming only once the speech heard shares words with the screen (`relevant`: a
 slide about something else is not primed from), `drop_unspoken_terms` removes a primed term
 placed where the VAD heard no speech and `drop_recited` a run of primed terms in a row (Whisper
-echoing its prompt into a pause).
+echoing its prompt into a pause); `guard_primed` keeps an unprimed decode of the same audio except
+where the primed one hears a term in place of similar-sounding words (Whisper imitating the form
+of its prompt over speech that does not match the slides).
 """
 
 from __future__ import annotations

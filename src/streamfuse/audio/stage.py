@@ -8,7 +8,9 @@ restarts. That pass hears the whole utterance, and reaches back `revise_lookback
 utterances before it (audio kept past the buffer): where it reads words committed earlier
 differently, now with what followed them, `asr_revision` events replace them (`revise`). Long
 speech is trimmed at committed sentence ends. With a `ScreenTerms`, rare words read on screen in
-the last minute are passed to the model as hotwords (slide priming).
+the last minute are passed to the model as hotwords (slide priming); with `prime_guard` a primed
+pass is decoded unprimed too and keeps the primed words only where they put a slide term in place
+of words spelled like it (`priming.guard_primed`).
 
 Latency contract: a committed `asr` event's `arrival_wall` is the arrival time of the audio
 window holding the end of its last word, so `latency_ms` = commit time - when that audio arrived.
@@ -388,11 +390,7 @@ class AsrStage(Stage):
         terms = self._terms(until) if primed else []
         started = time.perf_counter()
         raw = await self.run_blocking(
-            self._transcriber.transcribe,
-            audio,
-            prompt,
-            fast=fast,
-            hotwords=self._hint(until, terms),
+            self._transcriber.transcribe, audio, prompt, fast=fast, hotwords=terms
         )
         if terms and self._guarded(fast=fast, lookback=t0 < self._buf_t0):
             plain = await self.run_blocking(self._transcriber.transcribe, audio, prompt, fast=fast)
@@ -583,18 +581,6 @@ class AsrStage(Stage):
         if not relevant(heard, screen.lines(t), cfg.prime_min_overlap):
             return []
         return screen.terms(t, self._transcriber.token_count, cfg.prime_max_terms)
-
-    def _hint(self, t: float, terms: list[str]) -> list[str]:
-        """What the model is primed with: the terms, or the slide lines holding them."""
-        if not terms or self.config.prime_form == "list" or self.screen_terms is None:
-            return terms
-        keys = {Word(x, 0.0, 0.0).key for x in terms}
-        lines: list[str] = []
-        for line in self.screen_terms.lines(t):
-            text = line.strip().rstrip(".")
-            if text not in lines and keys & {Word(x, 0.0, 0.0).key for x in text.split()}:
-                lines.append(text)
-        return [". ".join(lines) + "."]
 
     def _guarded(self, *, fast: bool, lookback: bool) -> bool:
         """Whether a primed pass is checked against an unprimed one (`prime_guard`)."""
