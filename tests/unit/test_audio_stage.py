@@ -174,7 +174,8 @@ def test_terms_read_on_screen_reach_the_model_as_hotwords(clip: np.ndarray) -> N
     terms.add(["Kubernetes control plane"], 0.0)
     terms.add(["Cholesky decomposition"], 2.0)  # shown later: only for later buffers
     fake = ScriptedTranscriber(clip, _truth_words())
-    always = AsrConfig(prime_max_terms=20, prime_min_overlap=0)
+    # Unguarded: every pass is primed (the guard's unprimed second decodes are tested below).
+    always = AsrConfig(prime_max_terms=20, prime_min_overlap=0, prime_guard="off")
     stage = AsrStage(always, transcriber=fake, screen_terms=terms)
     asyncio.run(_run(stage, clip))
     assert fake.hotwords and all(h for h in fake.hotwords)
@@ -224,7 +225,7 @@ def test_with_an_overlap_gate_off_topic_slides_prime_nothing(clip: np.ndarray) -
     off_topic = ScreenTerms()
     off_topic.add(["Kubernetes control plane", "Cholesky decomposition"], 0.0)
     fake = ScriptedTranscriber(clip, _truth_words())
-    gated = AsrConfig(prime_max_terms=20, prime_min_overlap=2)
+    gated = AsrConfig(prime_max_terms=20, prime_min_overlap=2, prime_guard="off")
     asyncio.run(_run(AsrStage(gated, transcriber=fake, screen_terms=off_topic), clip))
     assert fake.hotwords and not any(fake.hotwords)
     # Slides sharing words with the speech ("slides", "spoken", "engine") prime once heard.
