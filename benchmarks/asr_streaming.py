@@ -3,7 +3,9 @@
 Systems (all the same Whisper model, each a real `Stage` fed 20 ms windows):
 - ``ours``: `AsrStage` as configured (default: unprimed); ``ours-primed``: the same primed with
   the slides' text (each slide's lines reach it `--ocr-delay-s` after the slide appears, as the
-  OCR stage's events would; `prime_max_terms` 20 unless set);
+  OCR stage's events would; `prime_max_terms` 20 unless set); ``ours-primed-other``: primed
+  the same way with the slides of the next synthetic clip of the split (another lecture's
+  slides over every synthetic clip's speech: how much priming costs where slides do not match);
 - ``la2``: whisper_streaming-style LocalAgreement-2: the growing buffer re-transcribed every
   1 s (full window, no VAD), the longest common prefix of two hypotheses committed, the buffer
   trimmed at a committed sentence end past 15 s;
@@ -24,8 +26,9 @@ Timing on a shared CPU is noisy: compare systems only within one run.
 
 Inputs: ``--input`` (default: the bundled lecture) and/or ``--speech-set DIR`` (the clips of
 ``DIR/set.json`` in ``--split``). Prints one row per clip and system, an aggregate per group
-(bundled, dev, heldout) and system, and as its last line one JSON object: the old keys for the
-first input group (``wer_streaming``, ``wer_offline``, ``commit_latency_p50_s``,
+(bundled, dev, heldout; and the synthetic clips of a split by their slides, ``dev:match`` /
+``dev:offslide``, the priming figures) and system, and as its last line one JSON object: the old
+keys for the first input group (``wer_streaming``, ``wer_offline``, ``commit_latency_p50_s``,
 ``commit_latency_p95_s``, ``rtf``) and ``groups`` -> group -> system -> ``wer``,
 ``word_latency_p50_s``, ``word_latency_p95_s``, ``final_latency_p50_s``, ``final_latency_p95_s``,
 ``words``. ``wer`` is the final transcript: ours corrects committed words at utterance ends
@@ -59,7 +62,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_INPUT = ROOT / "src" / "streamfuse" / "assets" / "demo" / "lecture.mp4"  # package data
-SYSTEMS = ("ours", "ours-primed", "la2", "vad")
+SYSTEMS = ("ours", "ours-primed", "la2", "vad")  # and "ours-primed-other"
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT / "src"))
@@ -94,6 +97,9 @@ class Clip:
     group: str
     audio: Path
     truth: dict[str, Any]
+    #: Set clips: "match" (synthetic voice, slides carry the spoken terms), "offslide" (slides
+    #: of another lecture) or "human" (a human reader); "" for other inputs.
+    slides: str = ""
 
     @property
     def ref(self) -> str:
@@ -285,15 +291,18 @@ class VadSegmentedStage(_BufferStage):
 
 # -- running a system -----------------------------------------------------------------------
 def make_stage(system: str, clip: Clip, config: AsrConfig, transcriber: Transcriber,
-               ocr_delay_s: float) -> Stage:  # fmt: skip
+               ocr_delay_s: float, other: Clip | None = None) -> Stage:  # fmt: skip
     if system == "la2":
         return LocalAgreementStage(transcriber)
     if system == "vad":
         return VadSegmentedStage(transcriber, config)
     terms = None
-    if system == "ours-primed":
+    if system in ("ours-primed", "ours-primed-other"):
         terms = ScreenTerms(window_s=config.prime_window_s)
-        for slide in clip.truth.get("ocr", []):
+        shown = clip if system == "ours-primed" else other
+        assert shown is not None, "ours-primed-other needs another clip"
+        slides = shown.truth.get("ocr", [])
+        for slide in slides:
             terms.add(slide["lines"], slide["t_start"] + ocr_delay_s)
         if config.prime_max_terms == 0:
             config = config.model_copy(update={"prime_max_terms": 20})
@@ -432,9 +441,22 @@ def load_clips(args: argparse.Namespace) -> list[Clip]:
             if args.clips and item["name"] not in args.clips.split(","):
                 continue
             truth = json.loads((args.speech_set / f"{item['name']}.truth.json").read_text())
+            slides = (
+                "offslide" if not item["slides_match_speech"]
+                else "match" if item["source"] == "espeak-ng" else "human"
+            )  # fmt: skip
             clips.append(Clip(item["name"], item["split"], args.speech_set / f"{item['name']}.ogg",
-                              truth))  # fmt: skip
+                              truth, slides))  # fmt: skip
     return clips
+
+
+def _other_slides(clip: Clip, clips: list[Clip]) -> Clip | None:
+    """The next synthetic clip of the same split after `clip` (cyclic): whose slides
+    ``ours-primed-other`` shows over `clip`'s speech (slides of another lecture)."""
+    pool = [c for c in clips if c.group == clip.group and c.slides in ("match", "offslide")]
+    if clip not in pool or len(pool) < 2:
+        return None
+    return pool[(pool.index(clip) + 1) % len(pool)]
 
 
 def _agg(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -535,14 +557,19 @@ def main(argv: list[str] | None = None) -> int:
             )  # fmt: skip
             print(f"{clip.name:32s} {name:13s} WER {score:6.1%}")
         for system in systems:
-            stage = make_stage(system, clip, config, transcriber, args.ocr_delay_s)
+            if system == "ours-primed-other" and _other_slides(clip, clips) is None:
+                continue  # not a synthetic clip, or no other clip's slides to show
+            stage = make_stage(system, clip, config, transcriber, args.ocr_delay_s,
+                               _other_slides(clip, clips))  # fmt: skip
             res: Result = asyncio.run(runner(stage, clip))
             score = wer(clip.ref, res.text)
-            rows[(clip.group, system)].append(
-                {"wer": score, "wer_first": wer(clip.ref, res.text_first),
-                 "ref_words": clip.n_ref_words, "latencies": res.latencies_s,
-                 "latencies_first": res.latencies_first_s, "revisions": res.revisions}
-            )  # fmt: skip
+            row = {"wer": score, "wer_first": wer(clip.ref, res.text_first),
+                   "ref_words": clip.n_ref_words, "latencies": res.latencies_s,
+                   "latencies_first": res.latencies_first_s,
+                   "revisions": res.revisions}  # fmt: skip
+            rows[(clip.group, system)].append(row)
+            if clip.slides in ("match", "offslide"):  # the priming figures: per kind of slides
+                rows[(f"{clip.group}:{clip.slides}", system)].append(row)
             q = percentiles(res.latencies_first_s or [0.0])
             qf = percentiles(res.latencies_s or [0.0])
             print(

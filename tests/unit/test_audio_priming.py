@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from streamfuse.audio import ScreenTerms, Word
-from streamfuse.audio.priming import drop_recited, drop_unspoken_terms
+from streamfuse.audio.priming import drop_recited, drop_unspoken_terms, guard_primed
 from streamfuse.events import OcrLine, OcrPayload
 from streamfuse.frames import EventFrame
 from streamfuse.pipeline import FrameEmitted
@@ -101,3 +101,44 @@ def test_a_primed_term_in_a_pause_is_dropped_one_in_speech_kept() -> None:
     kept = drop_unspoken_terms(words, ["LECTURE", "Kubernetes"], speech, 0.5)
     assert [w.word for w in kept] == [" The", " Kubernetes", " um"]
     assert drop_unspoken_terms(words, [], speech, 0.5) == words
+
+
+def _slots(text: str) -> list[Word]:
+    """Words 0.4 s apart; a word written "a|b" spans two slots (said as the two words were)."""
+    out, t = [], 0.0
+    for w in text.split():
+        slots = w.count("|") + 1
+        out.append(Word(" " + w.replace("|", ""), t, t + 0.4 * slots - 0.1))
+        t += 0.4 * slots
+    return out
+
+
+def test_guard_takes_a_primed_term_only_in_place_of_words_spelled_like_it() -> None:
+    terms = ["Kubernetes", "etcd", "taints", "Electron", "transport", "priors"]
+
+    def guarded(plain: str, primed: str) -> str:
+        return " ".join(w.word.strip() for w in guard_primed(_slots(plain), _slots(primed), terms))
+
+    # A misheard term (one word or several) becomes the term the slide shows, or a form of it.
+    assert guarded("Cuban eat-srun containers", "Kubernetes runs containers") == (
+        "Kubernetes runs containers"
+    )
+    assert guarded("keeps state in etsy.", "keeps state in etcd.") == "keeps state in etcd."
+    assert (
+        guarded("Ten generations| keep", "Taint and tolerations keep")
+        == "Taint and tolerations keep"
+    )
+    # Primed changes that are no slide terms keep the unprimed words.
+    assert guarded("the control plane keeps", "a control plane keep") == "the control plane keeps"
+    # An inserted run of terms (nothing unprimed at their time) is rejected...
+    assert guarded("runs pods", "Kubernetes, etcd, runs pods") == "runs pods"
+    # ... and so is a term in place of words that sound nothing like it, or the prompt's comma
+    # list imitated over speech about something else.
+    assert guarded("tells how strongly", "transport how strongly") == "tells how strongly"
+    assert guarded(
+        "electronegativity|| tells| how strongly", "Electron, the thibity, the tail, how strongly"
+    ) == ("electronegativity tells how strongly")
+    # Where the unprimed reading has a form of a term already, priming has nothing to add.
+    assert guarded("the prior taint", "the priors taints") == "the prior taint"
+    # Unprimed: the plain reading as it is.
+    assert guard_primed(_slots("a b"), _slots("c d"), []) == _slots("a b")

@@ -174,7 +174,8 @@ def test_terms_read_on_screen_reach_the_model_as_hotwords(clip: np.ndarray) -> N
     terms.add(["Kubernetes control plane"], 0.0)
     terms.add(["Cholesky decomposition"], 2.0)  # shown later: only for later buffers
     fake = ScriptedTranscriber(clip, _truth_words())
-    always = AsrConfig(prime_max_terms=20, prime_min_overlap=0)
+    # Unguarded: every pass is primed (the guard's unprimed second decodes are tested below).
+    always = AsrConfig(prime_max_terms=20, prime_min_overlap=0, prime_guard="off")
     stage = AsrStage(always, transcriber=fake, screen_terms=terms)
     asyncio.run(_run(stage, clip))
     assert fake.hotwords and all(h for h in fake.hotwords)
@@ -224,7 +225,7 @@ def test_with_an_overlap_gate_off_topic_slides_prime_nothing(clip: np.ndarray) -
     off_topic = ScreenTerms()
     off_topic.add(["Kubernetes control plane", "Cholesky decomposition"], 0.0)
     fake = ScriptedTranscriber(clip, _truth_words())
-    gated = AsrConfig(prime_max_terms=20, prime_min_overlap=2)
+    gated = AsrConfig(prime_max_terms=20, prime_min_overlap=2, prime_guard="off")
     asyncio.run(_run(AsrStage(gated, transcriber=fake, screen_terms=off_topic), clip))
     assert fake.hotwords and not any(fake.hotwords)
     # Slides sharing words with the speech ("slides", "spoken", "engine") prime once heard.
@@ -410,3 +411,51 @@ def test_a_lookback_revises_an_earlier_utterance_heard_with_what_followed(
     # every pass stays within one Whisper window.
     assert any(t0 <= 0.5 and t1 > 7.0 for t0, t1 in fake.spans)
     assert all(t1 - t0 <= 28.0 + 1.0 for t0, t1 in fake.spans)
+
+
+class SlideBiasedTranscriber(ScriptedTranscriber):
+    """Unprimed it mishears "engine" as "and gin"; primed (hotwords given) it hears "engine"
+    but also imitates its prompt: it says the slide terms "Kubelet logs" after "spoken", where
+    nobody said them (a run too short for the recital guard)."""
+
+    def transcribe(self, audio: np.ndarray, prompt: str = "", **kwargs: object) -> list[Word]:
+        words = super().transcribe(audio, prompt, **kwargs)  # type: ignore[arg-type]
+        primed = bool(kwargs.get("hotwords"))
+        out: list[Word] = []
+        for w in words:
+            if w.word.strip() == "engine" and not primed:
+                mid = (w.t_start + w.t_end) / 2
+                out += [Word(" and", w.t_start, mid, 0.6), Word(" gin", mid, w.t_end, 0.6)]
+            elif w.word.strip() == "spoken" and primed:
+                third = (w.t_end - w.t_start) / 3
+                out += [
+                    Word(" spoken,", w.t_start, w.t_start + third, 0.9),
+                    Word(" Kubelet,", w.t_start + third, w.t_start + 2 * third, 0.9),
+                    Word(" logs", w.t_start + 2 * third, w.t_end, 0.9),
+                ]
+            else:
+                out.append(w)
+        return out
+
+
+@pytest.mark.parametrize("guard", ["all", "full"])
+def test_the_prime_guard_keeps_a_heard_term_and_drops_an_imitated_one(
+    clip: np.ndarray, guard: str
+) -> None:
+    """Primed, the model gets the slide term "engine" right but inserts slide terms after
+    "spoken"; unprimed it mishears "engine". Checked against the unprimed reading
+    (`prime_guard`), the final transcript keeps the primed "engine" (a term in place of words
+    spelled like it) and not the inserted run."""
+    script = _truth_words()
+    slides = ScreenTerms()
+    slides.add(["The engine reads Kubelet logs"], 0.0)
+
+    def run(prime_guard: str) -> list[str]:
+        config = AsrConfig(**_FAST, prime_max_terms=20, prime_guard=prime_guard)
+        fake = SlideBiasedTranscriber(clip, script)
+        stage = AsrStage(config, transcriber=fake, screen_terms=slides)
+        return _speech(asyncio.run(_run(stage, clip))[0])
+
+    unguarded = run("off")
+    assert "engine" in unguarded and "Kubelet," in unguarded
+    assert run(guard) == [w for w, _, _ in script]

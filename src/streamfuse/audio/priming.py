@@ -9,7 +9,9 @@ model's tokenizer splits into several pieces: a common word needs no priming), n
 a small cap, priming only once the speech heard shares words with the screen (`relevant`: a
 slide about something else is not primed from), `drop_unspoken_terms` removes a primed term
 placed where the VAD heard no speech and `drop_recited` a run of primed terms in a row (Whisper
-echoing its prompt into a pause).
+echoing its prompt into a pause); `guard_primed` keeps an unprimed decode of the same audio except
+where the primed one hears a term in place of similar-sounding words (Whisper imitating the form
+of its prompt over speech that does not match the slides).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import bisect
 import re
 from collections.abc import Callable, Iterable, Sequence
+from difflib import SequenceMatcher
 
 from streamfuse.audio.policy import Word
 from streamfuse.events import OcrPayload
@@ -163,4 +166,114 @@ def drop_unspoken_terms(
     return [w for w in words if w.key not in primed or speech_prob(w) >= min_speech]
 
 
-__all__ = ["ScreenTerms", "TokenCount", "drop_recited", "drop_unspoken_terms", "relevant"]
+def _sounds_alike(a: str, b: str) -> float:
+    """Letter similarity of two spellings (0-1), with the commonest sound-alike spellings
+    folded ("c"/"k", "ph"/"f", doubled letters): "cube and eighties" ~ "Kubernetes" 0.7."""
+    return SequenceMatcher(None, _fold(a), _fold(b), autojunk=False).ratio()
+
+
+_FOLDS = (("ph", "f"), ("ck", "k"), ("c", "k"), ("q", "k"), ("z", "s"), ("y", "i"))
+
+
+def _fold(text: str) -> str:
+    for old, new in _FOLDS:
+        text = text.replace(old, new)
+    return re.sub(r"(.)\1+", r"\1", text)
+
+
+def _is_term(key: str, terms: set[str]) -> bool:
+    """Whether a word (its key) is one of the slide `terms` (keys) or a form of one: "taint" ~
+    "taints", "electrons" ~ "electron", "eigenvalues" inside "realeigenvalues"."""
+    for term in terms:
+        shorter = min(len(key), len(term))
+        if shorter >= 4 and key[: min(6, shorter)] == term[: min(6, shorter)]:
+            return True
+        if len(term) >= 5 and term in key:
+            return True
+    return False
+
+
+def _overlaps(w: Word, term: Word, slack_s: float = 0.1) -> bool:
+    """Whether `w` was heard where `term` was: its middle within the term's span, or the
+    term's middle within its span."""
+    mid, term_mid = (w.t_start + w.t_end) / 2, (term.t_start + term.t_end) / 2
+    return term.t_start - slack_s <= mid <= term.t_end + slack_s or (
+        w.t_start <= term_mid <= w.t_end
+    )
+
+
+#: A stretch of at most this many words each side that spells alike as a whole
+#: (`_SHORT_SIMILARITY`) is taken whole, the words around its term included.
+_SHORT = 3
+_SHORT_SIMILARITY = 0.6
+
+
+def guard_primed(
+    plain: Sequence[Word],
+    primed: Sequence[Word],
+    terms: Sequence[str],
+    *,
+    min_similarity: float = 0.5,
+) -> list[Word]:
+    """The unprimed reading of some audio, corrected by the primed reading only where the
+    primed one hears a slide term in place of similar-sounding words.
+
+    `plain` and `primed` are two decodes of the same audio, without and with the terms in the
+    prompt. Priming helps where it turns a misheard term ("cube and eighties") into the term
+    ("Kubernetes"); where the speech is about something else it makes Whisper imitate its
+    prompt (a comma list, or the terms themselves) and changes words that are no terms. So
+    where the readings differ, a primed word that is a term (or a form of one) replaces the
+    unprimed words heard at its time when they spell like it (`min_similarity`, letters
+    compared after folding sound-alike spellings), and a short stretch holding a term that
+    spells like the unprimed one as a whole is taken whole ("Ten generations" -> "Taint and
+    tolerations"); a term with no unprimed word at its time (an insertion), a stretch where the
+    unprimed reading has a form of a term already ("prior" for "priors", "electronegativity"
+    for "Electron") and every other primed word that is no term are rejected: the unprimed
+    words stay.
+    """
+    keys = {_key(t) for t in terms}
+    keys.discard("")
+    if not keys:
+        return list(plain)
+    out: list[Word] = []
+    ops = SequenceMatcher(None, [w.key for w in plain], [w.key for w in primed], autojunk=False)
+    for tag, i1, i2, j1, j2 in ops.get_opcodes():
+        old, new = list(plain[i1:i2]), list(primed[j1:j2])
+        if tag != "replace" or not any(_is_term(w.key, keys) for w in new):
+            out.extend(old)  # equal, an insertion (rejected), a deletion (kept), no term
+            continue
+        if any(_is_term(w.key, keys) for w in old):
+            out.extend(old)  # unprimed it heard a form of a term there already ("prior")
+            continue
+        if (
+            len(new) <= min(len(old) + 1, _SHORT)
+            and len(old) <= _SHORT
+            and _sounds_alike("".join(w.key for w in old), "".join(w.key for w in new))
+            >= _SHORT_SIMILARITY
+        ):
+            out.extend(new)  # a short stretch said alike: "Cuban eat-srun" -> "Kubernetes runs"
+            continue
+        taken: dict[int, Word] = {}  # index of the first unprimed word replaced -> the term
+        gone: set[int] = set()
+        for term in (w for w in new if _is_term(w.key, keys)):
+            heard = [k for k, w in enumerate(old) if k not in gone and _overlaps(w, term)]
+            spelled = "".join(old[k].key for k in heard)
+            if heard and _sounds_alike(spelled, term.key) >= min_similarity:
+                taken[heard[0]] = term
+                gone.update(heard)
+        for k, w in enumerate(old):
+            if k in taken:
+                out.append(taken[k])
+            elif k not in gone:
+                out.append(w)
+    return out
+
+
+__all__ = [
+    "ScreenTerms",
+    "TokenCount",
+    "drop_recited",
+    "drop_unspoken_terms",
+    "guard_primed",
+    "relevant",
+]

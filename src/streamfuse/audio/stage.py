@@ -8,7 +8,9 @@ restarts. That pass hears the whole utterance, and reaches back `revise_lookback
 utterances before it (audio kept past the buffer): where it reads words committed earlier
 differently, now with what followed them, `asr_revision` events replace them (`revise`). Long
 speech is trimmed at committed sentence ends. With a `ScreenTerms`, rare words read on screen in
-the last minute are passed to the model as hotwords (slide priming).
+the last minute are passed to the model as hotwords (slide priming); with `prime_guard` a primed
+pass is decoded unprimed too and keeps the primed words only where they put a slide term in place
+of words spelled like it (`priming.guard_primed`).
 
 Latency contract: a committed `asr` event's `arrival_wall` is the arrival time of the audio
 window holding the end of its last word, so `latency_ms` = commit time - when that audio arrived.
@@ -30,7 +32,13 @@ import numpy as np
 
 from streamfuse.audio.config import AsrConfig
 from streamfuse.audio.policy import LocalAgreement, Word, join_words
-from streamfuse.audio.priming import ScreenTerms, drop_recited, drop_unspoken_terms, relevant
+from streamfuse.audio.priming import (
+    ScreenTerms,
+    drop_recited,
+    drop_unspoken_terms,
+    guard_primed,
+    relevant,
+)
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
 from streamfuse.audio.vad import GateEvent, SileroVad, SpeechGate, VadChunk
 from streamfuse.errors import StageError
@@ -377,11 +385,16 @@ class AsrStage(Stage):
             n = len(audio)
         prompt = self._prompt(t0)
         # The lookback pass re-reads earlier utterances: primed or not (`prime_lookback`).
-        terms = self._terms(until) if t0 >= self._buf_t0 or self.config.prime_lookback else []
+        cfg = self.config
+        primed = (t0 >= self._buf_t0 or cfg.prime_lookback) and (cfg.prime_fast or not fast)
+        terms = self._terms(until) if primed else []
         started = time.perf_counter()
         raw = await self.run_blocking(
             self._transcriber.transcribe, audio, prompt, fast=fast, hotwords=terms
         )
+        if terms and self._guarded(fast=fast, lookback=t0 < self._buf_t0):
+            plain = await self.run_blocking(self._transcriber.transcribe, audio, prompt, fast=fast)
+            raw = guard_primed(plain, raw, terms)
         self.inference_s += time.perf_counter() - started
         self.inferences += 1
         log.debug(
@@ -568,6 +581,13 @@ class AsrStage(Stage):
         if not relevant(heard, screen.lines(t), cfg.prime_min_overlap):
             return []
         return screen.terms(t, self._transcriber.token_count, cfg.prime_max_terms)
+
+    def _guarded(self, *, fast: bool, lookback: bool) -> bool:
+        """Whether a primed pass is checked against an unprimed one (`prime_guard`)."""
+        guard = self.config.prime_guard
+        return (
+            guard == "all" or (guard == "full" and not fast) or (guard == "lookback" and lookback)
+        )
 
     def _prompt(self, t0: float) -> str:
         """Committed text that precedes media time `t0`, where the audio transcribed starts
