@@ -260,7 +260,8 @@ def _collapse(s: str) -> str:
 def line_features(rec: dict[str, Any], ln: dict[str, Any]) -> dict[str, float]:
     """An `ocr` record's line's calibration features, as the OCR stage computes them (its
     context among the record's lines included)."""
-    from streamfuse.text.calibration import ocr_context_features, ocr_line_features
+    from streamfuse.text.calibration import ocr_line_features
+    from streamfuse.vision.layout import ocr_context_features
 
     lines = rec["lines"]
     i = next(k for k, other in enumerate(lines) if other is ln)

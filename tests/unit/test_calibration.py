@@ -43,7 +43,6 @@ from streamfuse.text.calibration import (
     fit_temperature,
     known_share,
     logit,
-    ocr_context_features,
     ocr_line_features,
     pooled_logit,
     reliability,
@@ -51,6 +50,7 @@ from streamfuse.text.calibration import (
     shipped_joint,
     sigmoid,
 )
+from streamfuse.vision.layout import ocr_context_features
 
 pytestmark = pytest.mark.unit
 

@@ -214,6 +214,11 @@ class AsrConfig(BaseModel):
         "only where the VAD's mean speech probability over it reaches this (a term echoed from "
         "the prompt into a pause measured ~0.3, one that was said ~0.9).",
     )
+    prime_lookback: bool = Field(
+        True,
+        description="Slide priming also on the utterance-end pass's lookback (the re-read of "
+        "earlier utterances); off: that pass is unprimed, only the passes over the buffer are.",
+    )
     prime_window_s: float = Field(
         60.0, ge=1.0, le=600.0, description="Slide priming: terms on screen this recently."
     )

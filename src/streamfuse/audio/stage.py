@@ -84,10 +84,10 @@ class AsrStage(Stage):
         self._n = 0
         self._buf_t0: float | None = None
         # Audio cut from the front of the buffer, kept `revise_lookback_s` for the utterance-end
-        # pass (contiguous: it ends where the buffer starts), and the utterance ends inside it.
+        # pass (contiguous: it ends where the buffer starts).
         self._past: list[np.ndarray] = []
         self._past_n = 0
-        self._ends_past: list[float] = []
+        self._stream_t0 = 0.0  # media time of the first window: no word is cut there
         # Arrival wall time of each received window, keyed by the window's end (media time).
         self._arr_t: list[float] = []
         self._arr_wall: list[float] = []
@@ -96,7 +96,8 @@ class AsrStage(Stage):
         self._last_update_end = float("-inf")  # buffer end at the last inference
         self._hyp_end = float("-inf")  # buffer end the pending hypothesis was computed on
         self._hyp_full = False  # ... and whether it came from a full-window pass
-        self._utterance_ends: list[float] = []  # cut points (silences) inside the buffer
+        # Cut points (silences) in the audio kept: the buffer and the lookback store.
+        self._utterance_ends: list[float] = []
         # Committed words in their latest form (prompt, trims, revisions).
         self._history: deque[Word] = deque(maxlen=400)
         self._utterance_from = float("-inf")  # where the words committed before it end
@@ -251,7 +252,6 @@ class AsrStage(Stage):
         if partial is not None:
             yield partial
         self._utterance_ends.append(cut)
-        self._ends_past.append(cut)
         self._keep_context()
         if self.config.context_s == 0:
             self._policy.reset_context()
@@ -376,7 +376,8 @@ class AsrStage(Stage):
             t0 -= k / AUDIO_SAMPLE_RATE_HZ
             n = len(audio)
         prompt = self._prompt(t0)
-        terms = self._terms(until)
+        # The lookback pass re-reads earlier utterances: primed or not (`prime_lookback`).
+        terms = self._terms(until) if t0 >= self._buf_t0 or self.config.prime_lookback else []
         started = time.perf_counter()
         raw = await self.run_blocking(
             self._transcriber.transcribe, audio, prompt, fast=fast, hotwords=terms
@@ -464,7 +465,7 @@ class AsrStage(Stage):
         samples = np.asarray(frame.samples, dtype=np.float32).reshape(-1)
         if self._buf_t0 is None:
             self._buf_t0 = frame.t_media
-            self._ends_past = [frame.t_media]  # the stream's start: no word is cut there
+            self._stream_t0 = frame.t_media
             self._stream_id = frame.stream_id
             assert self._vad is not None
             self._vad.reset(frame.t_media)
@@ -499,16 +500,15 @@ class AsrStage(Stage):
         self._buf_t0 += k / AUDIO_SAMPLE_RATE_HZ
         cfg = self.config
         keep = round(cfg.revise_lookback_s * AUDIO_SAMPLE_RATE_HZ) if cfg.revise else 0
-        if keep == 0:
-            return
-        # The cut audio goes to the lookback store, trimmed to `revise_lookback_s`.
-        self._past.append(audio[:k])
-        self._past_n += k
-        if self._past_n > keep + AUDIO_SAMPLE_RATE_HZ:
-            past = self._past_audio()[-keep:]
-            self._past, self._past_n = [past], len(past)
+        if keep:
+            # The cut audio goes to the lookback store, trimmed to `revise_lookback_s`.
+            self._past.append(audio[:k])
+            self._past_n += k
+            if self._past_n > keep + AUDIO_SAMPLE_RATE_HZ:
+                past = self._past_audio()[-keep:]
+                self._past, self._past_n = [past], len(past)
         past_t0 = self._buf_t0 - self._past_n / AUDIO_SAMPLE_RATE_HZ
-        self._ends_past = [t for t in self._ends_past if t >= past_t0 - 1e-6]
+        self._utterance_ends = [t for t in self._utterance_ends if t >= past_t0 - 1e-6]
 
     def _past_audio(self) -> np.ndarray:
         if len(self._past) > 1:
@@ -524,7 +524,8 @@ class AsrStage(Stage):
             return None
         past_t0 = self._buf_t0 - self._past_n / AUDIO_SAMPLE_RATE_HZ
         lo = max(until - cfg.revise_lookback_s, past_t0 - 1e-6)
-        return min((t for t in self._ends_past if lo <= t < self._buf_t0), default=None)
+        starts = (self._stream_t0, *self._utterance_ends)
+        return min((t for t in starts if lo <= t < self._buf_t0), default=None)
 
     def _keep_context(self) -> None:
         """Between utterances: keep the newest whole utterances within `context_s` (Whisper
@@ -533,7 +534,6 @@ class AsrStage(Stage):
         assert self._buf_t0 is not None
         limit = self._buf_end - self.config.context_s
         ends = [t for t in self._utterance_ends if t >= max(limit, self._buf_t0)]
-        self._utterance_ends = ends
         if ends and self.config.context_s > 0:
             self._cut(ends[0])
             return

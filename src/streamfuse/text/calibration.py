@@ -311,7 +311,8 @@ OCR_FEATURES = (
 #: Layout features `ocr_line_features` also gives (docs/ocr-layout.md): not in `OCR_FEATURES`,
 #: so no fit uses them until a refit chooses to, by docs/calibration.md's pre-registered rule.
 OCR_LAYOUT_FEATURES = ("gap_bridged", "inferred_cuts")
-#: Features of a line among the other lines of its reading (`ocr_context_features`): what a
+#: Features of a line among the other lines of its reading
+#: (`vision.layout.ocr_context_features`): what a
 #: layout error looks like from outside the line - a table row read cell by cell leaves lines
 #: side by side on one row, two text columns joined into table rows make a short "table".
 OCR_CONTEXT_FEATURES = ("row_peers", "cell_rows", "cells_vs_neighbours")
@@ -360,42 +361,6 @@ def _logit1(p: float, lo: float = 1e-3) -> float:
     return math.log(q / (1.0 - q))
 
 
-def _cell_count(text: str) -> int:
-    return text.count("|")
-
-
-def _share_row(a: Sequence[float], b: Sequence[float]) -> bool:
-    """Vertical overlap of at least half the shorter box (`vision.layout.same_row`'s rule)."""
-    shared = min(float(a[3]), float(b[3])) - max(float(a[1]), float(b[1]))
-    return shared >= 0.5 * min(float(a[3]) - float(a[1]), float(b[3]) - float(b[1]))
-
-
-def ocr_context_features(lines: Sequence[tuple[str, Sequence[float]]]) -> list[dict[str, float]]:
-    """Per line of one reading ((text, box) in the order the event lists them): `row_peers`,
-    how many other lines share its text row (capped at 4: a table without rules read cell by
-    cell, side-by-side captions, two text columns); `cell_rows`, for a table row, how many of
-    the reading's lines have its cell count (capped at 6; 0 for a line without cells: a real
-    table has a header and rows, two columns joined into "rows" make two or three); and
-    `cells_vs_neighbours`, how far its cell count is from the mean of the lines listed just
-    before and after it (capped at 6: a fragment of a row among whole rows, a line read as two
-    cells among plain lines)."""
-    cells = [_cell_count(t) for t, _ in lines]
-    out = []
-    for i, (_, box) in enumerate(lines):
-        peers = sum(1 for j, (_, b) in enumerate(lines) if j != i and _share_row(box, b))
-        same = sum(1 for c in cells if c == cells[i]) if cells[i] else 0
-        near = [cells[j] for j in (i - 1, i + 1) if 0 <= j < len(lines)]
-        gap = abs(cells[i] - sum(near) / len(near)) if near else 0.0
-        out.append(
-            {
-                "row_peers": float(min(peers, 4)),
-                "cell_rows": float(min(same, 6)),
-                "cells_vs_neighbours": min(gap, 6.0),
-            }
-        )
-    return out
-
-
 def ocr_line_features(
     text: str,
     box: Sequence[float],
@@ -415,8 +380,8 @@ def ocr_line_features(
     of its words that are common English words; and from the layout (0 when not known) the
     widest gap it bridged joining boxes, in line heights (`gap_bridged`, capped at 6), and the
     table's column boundaries only word gutters showed (`inferred_cuts`, capped at 3); and the
-    line's `context` among the reading's other lines (`ocr_context_features`; 0 when not
-    given). A calibrator reads only the features it was fitted on."""
+    line's `context` among the reading's other lines (`vision.layout.ocr_context_features`;
+    0 when not given). A calibrator reads only the features it was fitted on."""
     chars = [c for c in text if not c.isspace()]
     n = max(len(chars), 1)
     height = max(float(box[3]) - float(box[1]), 1.0)
@@ -863,7 +828,6 @@ __all__ = [
     "known_share",
     "logit",
     "nll",
-    "ocr_context_features",
     "ocr_line_features",
     "pooled_logit",
     "reliability",

@@ -345,6 +345,38 @@ def same_row(a: Box, b: Box, overlap: float = 0.5) -> bool:
     return shared >= overlap * min(a[3] - a[1], b[3] - b[1])
 
 
+def ocr_context_features(lines: Sequence[tuple[str, Sequence[float]]]) -> list[dict[str, float]]:
+    """The calibration's context features (`text.calibration.OCR_CONTEXT_FEATURES`) per line of
+    one reading ((text, box) in the order the event lists them): `row_peers`, how many other
+    lines share its text row (`same_row`; capped at 4: a table without rules read cell by
+    cell, side-by-side captions, two text columns); `cell_rows`, for a table row, how many of
+    the reading's lines have its cell count (capped at 6; 0 for a line without cells: a real
+    table has a header and rows, two columns joined into "rows" make two or three); and
+    `cells_vs_neighbours`, how far its cell count is from the mean of the lines listed just
+    before and after it (capped at 6: a fragment of a row among whole rows, a line read as two
+    cells among plain lines)."""
+    boxes = [_box(b) for _, b in lines]
+    cells = [t.count(CELL_SEPARATOR.strip()) for t, _ in lines]
+    out = []
+    for i, box in enumerate(boxes):
+        peers = sum(1 for j, b in enumerate(boxes) if j != i and same_row(box, b))
+        same = sum(1 for c in cells if c == cells[i]) if cells[i] else 0
+        near = [cells[j] for j in (i - 1, i + 1) if 0 <= j < len(lines)]
+        gap = abs(cells[i] - sum(near) / len(near)) if near else 0.0
+        out.append(
+            {
+                "row_peers": float(min(peers, 4)),
+                "cell_rows": float(min(same, 6)),
+                "cells_vs_neighbours": min(gap, 6.0),
+            }
+        )
+    return out
+
+
+def _box(b: Sequence[float]) -> Box:
+    return (float(b[0]), float(b[1]), float(b[2]), float(b[3]))
+
+
 def _rows(items: list[B], row_overlap: float) -> list[list[B]]:
     """Cluster boxes into text rows by vertical overlap, top to bottom."""
     rows: list[list[B]] = []
@@ -653,6 +685,7 @@ def _segments(mask: np.ndarray, axis: int) -> list[tuple[float, float, float]]:
 
 
 __all__ = [
+    "ocr_context_features",
     "CELL_SEPARATOR",
     "HasBox",
     "HasWords",

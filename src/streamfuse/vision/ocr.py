@@ -49,7 +49,6 @@ from streamfuse.text import collapse_whitespace
 from streamfuse.text.calibration import (
     AnyCalibrator,
     calibrate_ocr_line,
-    ocr_context_features,
     shipped,
 )
 from streamfuse.vision.config import FixedPolicy, OcrConfig, VisionConfig
@@ -59,6 +58,7 @@ from streamfuse.vision.layout import (
     LayoutLine,
     find_rules,
     layout,
+    ocr_context_features,
     same_row,
 )
 from streamfuse.vision.policy import FixedResolution, OcrObservation, OcrPlan, ResolutionPolicy
