@@ -150,6 +150,7 @@ class _Out:
     retransmitted: bool = False
     acked: asyncio.Future[None] | None = None
     ack_by_wall: float = 0.0  # past the deadline: given up if no ACK by then
+    queued_s: float = 0.0  # how long it waited behind earlier datagrams at the bottleneck
     sent_at: dict[int, float] = field(default_factory=dict)  # fragment -> last resend
 
 
@@ -356,6 +357,8 @@ class UdpSender(_UdpEnd, _SenderBook):
         self._loss_window: deque[tuple[int, int]] = deque()
         self._loss_n = 0
         self._loss_lost = 0
+        #: When the bottleneck (at the measured bandwidth) has passed every datagram sent.
+        self._drained_wall = 0.0
 
     @classmethod
     async def connect(
@@ -387,6 +390,7 @@ class UdpSender(_UdpEnd, _SenderBook):
             now + (deadline_s if deadline_s is not None else self.config.deadline_s),
             reliable,
             sent_wall=now,
+            queued_s=max(0.0, self._drained_wall - now),
         )
         self._enlist(seq, out, now, reliable)
         for d in datagrams:
@@ -409,6 +413,9 @@ class UdpSender(_UdpEnd, _SenderBook):
         self._transport.sendto(datagram)
         self.stats.datagrams += 1
         self.stats.bytes += len(datagram)
+        if self.bandwidth_bps:
+            start = max(now_wall(), self._drained_wall)
+            self._drained_wall = start + 8.0 * len(datagram) / self.bandwidth_bps
 
     def _forget(self, seq: int) -> None:
         """Message `seq` is acknowledged or given up: nothing more to wait for."""
@@ -444,18 +451,22 @@ class UdpSender(_UdpEnd, _SenderBook):
                 return
             wanted = struct.unpack(f"!{len(p.payload) // 2}H", p.payload)
             indices = [i for i in wanted if i < len(out.datagrams)] or range(len(out.datagrams))
-            # A fragment sent less than an RTT ago may still be queued on the path: the NACK
-            # is stale, and resending it would only lengthen the queue (a retransmission storm
-            # on a slow link).
-            # A first copy also waits its turn behind the message's earlier fragments at the
-            # bottleneck (measured bandwidth), which a NACK sent early does not know.
-            guard = self.rtt.srtt_s or 0.0
+            # A fragment that may still be on its way makes the NACK stale, and resending it
+            # would only lengthen the queue (a retransmission storm on a slow link). A resend
+            # is given one smoothed RTT. A first copy leaves the bottleneck after the datagrams
+            # queued ahead of its message and the message's earlier fragments (measured
+            # bandwidth), then takes the path's own delay: the smallest recent RTT, as the
+            # deadline policy counts it. The smoothed RTT also holds the queue, counted here
+            # already: with speech queued behind a key frame it made the sender refuse the
+            # NACK for the frame's tail-dropped last fragment until its deadline was past.
+            srtt = self.rtt.srtt_s or 0.0
+            path = min(srtt, self.rtt.min_rtt_s or srtt)
             pace = 8.0 * self.config.mtu_bytes / self.bandwidth_bps if self.bandwidth_bps else 0.0
             resend = [
                 i
                 for i in indices
                 if now - out.sent_at.get(i, out.sent_wall)
-                >= guard + (0.0 if i in out.sent_at else (i + 1) * pace)
+                >= (srtt if i in out.sent_at else path + out.queued_s + (i + 1) * pace)
             ]
             if not resend:
                 return
