@@ -268,7 +268,10 @@ class LinkPayload(Payload):
     messages: int | None = Field(None, ge=0, description="Messages sent, edge.")
     retransmits: int | None = Field(None, ge=0, description="Fragments resent, edge.")
     expired: int | None = Field(
-        None, ge=0, description="Messages given up unacknowledged at their deadline, edge."
+        None,
+        ge=0,
+        description="Messages given up unacknowledged (no ACK by their deadline plus one RTO, "
+        "at most one deadline, for a late one), edge.",
     )
     datagrams: int = Field(0, ge=0, description="Datagrams sent (edge) or received (cloud).")
     bytes: int = Field(0, ge=0, description="Bytes sent or received, headers included.")

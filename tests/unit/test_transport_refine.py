@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 
+from streamfuse.testing.netfault import FaultConfig, FaultProxy
 from streamfuse.transport.config import TransportConfig
 from streamfuse.transport.edge import held_reference
 from streamfuse.transport.patches import (
@@ -125,11 +126,19 @@ def test_the_cloud_holds_the_last_message_of_each_key_frame() -> None:
     assert held_reference([(10, a), (11, a2)], {10}.__contains__) is None
 
 
-async def _refine(budget: float | None, *, stop_after_start: bool = False) -> dict[str, object]:
+async def _refine(
+    budget: float | None,
+    *,
+    stop_after_start: bool = False,
+    deadline_s: float = 2.0,
+    delay_ms: float = 0.0,
+    start_after_s: float = 0.0,
+) -> dict[str, object]:
     page, boxes = _filmed_page()
-    config = CONFIG.model_copy(update={"deadline_s": 2.0})
+    config = CONFIG.model_copy(update={"deadline_s": deadline_s})
     rx = await UdpReceiver.listen("127.0.0.1", 0, config)
-    tx = await UdpSender.connect(*rx.address, config)
+    proxy = FaultProxy(rx.address, FaultConfig(delay_ms=delay_ms))
+    tx = await UdpSender.connect(*await proxy.start(), config)
     held: dict[int, np.ndarray] = {}
     rebuilt: list[np.ndarray] = []
 
@@ -155,6 +164,7 @@ async def _refine(budget: float | None, *, stop_after_start: bool = False) -> di
     coarse = encode_patches(page, boxes, 1.0, config, None, 0.65)
     seq = tx.send(Packet(modality=Modality.VIDEO_PATCHES, shape=coarse.shape), coarse.payload)
     refiner = Refiner(tx, config, lambda _link: budget, send)
+    await asyncio.sleep(start_after_s)
     refiner.start(page, boxes, seq, _rebuild(coarse).astype(np.uint8))
     if stop_after_start:
         refiner.stop()  # a new key frame: nothing more of this one
@@ -164,6 +174,7 @@ async def _refine(budget: float | None, *, stop_after_start: bool = False) -> di
     await rx.close()
     await consumer
     await tx.close()
+    await proxy.close()
     finest = encode_patches(page, boxes, 1.0, refine_config(config))
     return {
         "parts": parts,
@@ -171,6 +182,7 @@ async def _refine(budget: float | None, *, stop_after_start: bool = False) -> di
         "rebuilt": rebuilt,
         "finest": finest,
         "fine": _rebuild(finest),
+        "sender": tx,
     }
 
 
@@ -225,3 +237,16 @@ def test_the_deadline_budget_counts_our_own_queue_once_on_the_paths_own_delay() 
     lossy = dataclasses.replace(busy, loss=0.05)
     expected = 25_000 * (1.5 - 0.08 - 2 * rtt.srtt_s) * 0.95
     assert policy.budget_bytes(lossy) == pytest.approx(expected)
+
+
+def test_a_coarse_frame_whose_ack_comes_after_its_deadline_is_still_refined() -> None:
+    # 200 ms each way, a 0.3 s deadline: the coarse message reaches the cloud in time, its ACK
+    # reaches the edge after the deadline. The refinement starting in between must not read
+    # the coarse message as lost (the cloud holds it): the finest coding follows.
+    r = asyncio.run(_refine(None, deadline_s=0.3, delay_ms=200, start_after_s=0.33))
+    parts, refiner, rebuilt, tx = r["parts"], r["refiner"], r["rebuilt"], r["sender"]
+    assert isinstance(parts, list) and isinstance(refiner, Refiner)
+    assert isinstance(rebuilt, list) and isinstance(tx, UdpSender)
+    assert len(parts) == 1 and refiner.frames_refined == 1
+    assert len(rebuilt) == 2  # the coarse frame and the part, both delivered
+    assert tx.stats.late_acks >= 1 and tx.stats.expired == 0

@@ -245,3 +245,129 @@ def test_the_deadline_policy_sends_coarser_before_it_cuts_text_and_counts_the_qu
     fixed_coder = _Coder(200_000)
     assert len(FixedKeepPolicy(0.7).fit(slow, fixed_coder).payload) == 200_000
     assert {factor for _keep, factor in fixed_coder.calls} == {1.0}
+
+
+def test_a_message_delivered_in_time_whose_ack_comes_after_its_deadline_is_not_lost() -> None:
+    # 200 ms each way, a 0.3 s deadline: the message reaches the cloud at ~0.2 s (in time,
+    # delivered), its acknowledgement reaches the edge at ~0.4 s, after the deadline. The edge
+    # sends nothing after the deadline, but the late ACK still tells it the cloud holds the
+    # message: not lost, not expired.
+    async def run() -> tuple[bool, bool, bool, int, int, int, list[float]]:
+        config = TransportConfig(deadline_s=0.3)
+        rx = await UdpReceiver.listen("127.0.0.1", 0, config)
+        proxy = FaultProxy(rx.address, FaultConfig(delay_ms=200))
+        tx = await UdpSender.connect(*await proxy.start(), config)
+        arrived: list[float] = []
+
+        async def consume() -> None:
+            async for m in rx.messages():
+                if m.header.modality is Modality.VIDEO_PATCHES:
+                    arrived.append(now_wall() - tx.send_wall[m.header.sequence])
+
+        consumer = asyncio.create_task(consume())
+        await tx.send_reliable(Packet(kind=Kind.CONTROL, modality=Modality.JSON), b"{}", 5)
+        seq = tx.send(Packet(modality=Modality.VIDEO_PATCHES), bytes(3000))
+        await asyncio.sleep(config.deadline_s + 0.03)  # past the deadline, before the ACK
+        lost_early = tx.lost(seq)
+        await tx.drain(2.0)
+        await rx.close()
+        await consumer
+        await tx.close()
+        await proxy.close()
+        retransmits = tx.stats.retransmits
+        return lost_early, tx.acked(seq), tx.lost(seq), tx.stats.expired, retransmits, seq, arrived
+
+    lost_early, acked, lost, expired, retransmits, _seq, arrived = asyncio.run(run())
+    assert len(arrived) == 1 and arrived[0] < 0.3  # the cloud had it in time
+    assert not lost_early  # no verdict yet: its ACK may still come
+    assert acked and not lost and expired == 0
+    assert retransmits == 0  # nothing resent: the deadline still ends retransmission
+
+
+def test_a_message_never_acknowledged_is_given_up_one_wait_after_its_deadline() -> None:
+    # Nobody listens: past its deadline the message is not resent, waits (at most one more
+    # deadline) for an ACK that never comes, then reads as lost and is counted expired.
+    async def run() -> tuple[bool, int, int, bool, float, bool, int, int]:
+        config = TransportConfig(deadline_s=0.3)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.1", 0))
+            host, port = s.getsockname()[:2]
+        tx = await UdpSender.connect(host, port, config)
+        seq = tx.send(Packet(modality=Modality.VIDEO_PATCHES), bytes(3000))
+        await asyncio.sleep(config.deadline_s + 0.03)
+        waiting = tx.lost(seq)
+        expired_then, resent_then = tx.stats.expired, tx.stats.retransmits
+        acked = await tx.wait_acked(seq, 5.0)
+        waited = now_wall() - tx.send_wall[seq]
+        lost = tx.lost(seq)
+        await tx.close()
+        stats = tx.stats
+        return (
+            waiting,
+            expired_then,
+            resent_then,
+            acked,
+            waited,
+            lost,
+            stats.retransmits,
+            stats.expired,
+        )
+
+    waiting, expired_then, resent_then, acked, waited, lost, resent, expired = asyncio.run(run())
+    assert not waiting and expired_then == 0
+    assert not acked and lost and expired == 1 and waited < 2 * 0.3 + 0.2
+    assert resent == resent_then  # nothing resent after the deadline
+
+
+def test_the_tail_fragment_a_full_bottleneck_dropped_is_repaired_in_time() -> None:
+    # A key frame that fills the bottleneck's queue loses its last fragment (tail drop), and
+    # speech sent behind the key frame before it made the smoothed RTT hold that queue. The
+    # receiver's NACK for the tail comes once the fragment's turn is past: the sender must
+    # resend it then, not wait out a smoothed RTT that counts the queue a second time (the
+    # message then missed its deadline: a key frame lost in the 200 kbit/s benchmark).
+    async def run() -> tuple[float | None, float, int, int, int]:
+        config = TransportConfig(deadline_s=1.1)
+        rx = await UdpReceiver.listen("127.0.0.1", 0, config)
+        faults = FaultConfig(bandwidth_bps=200_000, delay_ms=40, queue_s=0.6)
+        proxy = FaultProxy(rx.address, faults)
+        tx = await UdpSender.connect(*await proxy.start(), config)
+        arrived: dict[int, float] = {}
+
+        async def consume() -> None:
+            async for m in rx.messages():
+                arrived[m.header.sequence] = now_wall()
+
+        consumer = asyncio.create_task(consume())
+        await tx.send_reliable(Packet(kind=Kind.CONTROL, modality=Modality.JSON), b"{}", 5)
+        await tx.wait_acked(tx.probe(), 2.0)
+        # A key frame of ~0.4 s at the bottleneck with speech right behind it.
+        tx.send(Packet(modality=Modality.VIDEO_PATCHES), bytes(9000))
+        for _ in range(8):
+            tx.send(Packet(modality=Modality.AUDIO_OPUS), bytes(300))
+        await tx.drain(3.0)
+        srtt_s = tx.rtt.srtt_s or 0.0
+        dropped, resent = proxy.stats.queue_dropped, tx.stats.retransmits
+        # 14 datagrams: 0.67 s of serialisation, the last one over the 0.6 s queue.
+        seq = tx.send(Packet(modality=Modality.VIDEO_PATCHES), bytes(14 * 1140))
+        await tx.drain(3.0)
+        await rx.close()
+        await consumer
+        await tx.close()
+        await proxy.close()
+        latency = arrived[seq] - tx.send_wall[seq] if seq in arrived else None
+        return (
+            latency,
+            srtt_s,
+            proxy.stats.queue_dropped - dropped,
+            tx.stats.retransmits - resent,
+            tx.stats.expired,
+        )
+
+    latency, srtt_s, dropped, resent, expired = asyncio.run(run())
+    assert dropped == 1  # the premise: the tail fragment was lost at the bottleneck
+    assert srtt_s > 0.3  # and the smoothed RTT holds the queue speech waited in
+    # Its turn is past at ~0.85 s (14 x 48 ms + the NACK's wait + a path RTT of ~0.09 s),
+    # when its NACK comes: resent then, it is in by ~0.95 s; not before the smoothed RTT
+    # (~0.4 s) + 0.67 s, it missed the 1.1 s deadline.
+    assert latency is not None and latency <= 1.1
+    assert resent == 1 and expired == 0  # the lost fragment alone, once

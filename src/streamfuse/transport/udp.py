@@ -1,6 +1,9 @@
 """The deadline-aware UDP link (asyncio): messages cut into MTU-sized fragments, NACK-driven
 selective retransmission while a message's deadline allows, RFC 6298 RTO with a tail-loss probe,
 and estimates of RTT, loss and bottleneck bandwidth that the edge's keep-ratio policy reads.
+Past its deadline the sender resends nothing, but waits up to one more RTO for the message's
+acknowledgement (one that arrived just in time is acknowledged a one-way delay later) before it
+gives the message up as lost.
 
 `UdpSender` (edge) sends messages; `UdpReceiver` (cloud) reassembles them, delivers them in
 sequence order, gives up on a message `deadline_s` after it was first missed (dropped and
@@ -109,6 +112,9 @@ class SenderStats:
     retransmits: int = 0
     nacks: int = 0
     acks: int = 0
+    #: ACKs that came after their message's deadline (the cloud had it; not expired).
+    late_acks: int = 0
+    #: Messages given up: no ACK by their deadline plus the wait for a late one.
     expired: int = 0
     malformed: int = 0
 
@@ -143,6 +149,8 @@ class _Out:
     last_send_wall: float = 0.0
     retransmitted: bool = False
     acked: asyncio.Future[None] | None = None
+    ack_by_wall: float = 0.0  # past the deadline: given up if no ACK by then
+    queued_s: float = 0.0  # how long it waited behind earlier datagrams at the bottleneck
     sent_at: dict[int, float] = field(default_factory=dict)  # fragment -> last resend
 
 
@@ -205,6 +213,8 @@ class _SenderBook:
         self._acked: set[int] = set()
         self._waiters: dict[int, asyncio.Future[None]] = {}
         self._out = {}
+        #: Messages past their deadline (nothing resent) whose late ACK may still come.
+        self._late: dict[int, Any] = {}
         self._idle = asyncio.Event()  # set while nothing is outstanding
         self._idle.set()
 
@@ -259,10 +269,16 @@ class _SenderBook:
         return seq in self._acked
 
     def lost(self, seq: int) -> bool:
-        """Whether message `seq` was sent and given up (past its deadline, never acknowledged).
-        Acknowledgements older than the last few hundred messages are forgotten: such a
-        message reads as lost (remember `acked` where that matters)."""
-        return seq < self._seq and seq not in self._out and seq not in self._acked
+        """Whether message `seq` was sent and given up (past its deadline and the wait for a
+        late acknowledgement, never acknowledged). Acknowledgements older than the last few
+        hundred messages are forgotten: such a message reads as lost (remember `acked` where
+        that matters)."""
+        return (
+            seq < self._seq
+            and seq not in self._out
+            and seq not in self._late
+            and seq not in self._acked
+        )
 
     def _note_acked(self, seq: int) -> None:
         self._acked.add(seq)
@@ -271,7 +287,7 @@ class _SenderBook:
 
     async def wait_acked(self, seq: int, timeout_s: float) -> bool:
         """Wait (at most `timeout_s`) until message `seq` is acknowledged or given up."""
-        if seq in self._out:
+        if seq in self._out or seq in self._late:
             fut = self._waiters.setdefault(seq, asyncio.get_running_loop().create_future())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(fut), timeout_s)
@@ -341,6 +357,8 @@ class UdpSender(_UdpEnd, _SenderBook):
         self._loss_window: deque[tuple[int, int]] = deque()
         self._loss_n = 0
         self._loss_lost = 0
+        #: When the bottleneck (at the measured bandwidth) has passed every datagram sent.
+        self._drained_wall = 0.0
 
     @classmethod
     async def connect(
@@ -372,6 +390,7 @@ class UdpSender(_UdpEnd, _SenderBook):
             now + (deadline_s if deadline_s is not None else self.config.deadline_s),
             reliable,
             sent_wall=now,
+            queued_s=max(0.0, self._drained_wall - now),
         )
         self._enlist(seq, out, now, reliable)
         for d in datagrams:
@@ -380,7 +399,7 @@ class UdpSender(_UdpEnd, _SenderBook):
         return seq
 
     async def drain(self, timeout_s: float) -> None:
-        """Wait until every message is acknowledged or past its deadline."""
+        """Wait until every message is acknowledged or given up."""
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), timeout_s)
 
@@ -394,11 +413,16 @@ class UdpSender(_UdpEnd, _SenderBook):
         self._transport.sendto(datagram)
         self.stats.datagrams += 1
         self.stats.bytes += len(datagram)
+        if self.bandwidth_bps:
+            start = max(now_wall(), self._drained_wall)
+            self._drained_wall = start + 8.0 * len(datagram) / self.bandwidth_bps
 
     def _forget(self, seq: int) -> None:
-        del self._out[seq]
+        """Message `seq` is acknowledged or given up: nothing more to wait for."""
+        self._out.pop(seq, None)
+        self._late.pop(seq, None)
         self._wake(seq)
-        if not self._out:
+        if not self._out and not self._late:
             self._idle.set()
 
     def _retransmit(self, out: _Out, index: int) -> None:
@@ -427,18 +451,22 @@ class UdpSender(_UdpEnd, _SenderBook):
                 return
             wanted = struct.unpack(f"!{len(p.payload) // 2}H", p.payload)
             indices = [i for i in wanted if i < len(out.datagrams)] or range(len(out.datagrams))
-            # A fragment sent less than an RTT ago may still be queued on the path: the NACK
-            # is stale, and resending it would only lengthen the queue (a retransmission storm
-            # on a slow link).
-            # A first copy also waits its turn behind the message's earlier fragments at the
-            # bottleneck (measured bandwidth), which a NACK sent early does not know.
-            guard = self.rtt.srtt_s or 0.0
+            # A fragment that may still be on its way makes the NACK stale, and resending it
+            # would only lengthen the queue (a retransmission storm on a slow link). A resend
+            # is given one smoothed RTT. A first copy leaves the bottleneck after the datagrams
+            # queued ahead of its message and the message's earlier fragments (measured
+            # bandwidth), then takes the path's own delay: the smallest recent RTT, as the
+            # deadline policy counts it. The smoothed RTT also holds the queue, counted here
+            # already: with speech queued behind a key frame it made the sender refuse the
+            # NACK for the frame's tail-dropped last fragment until its deadline was past.
+            srtt = self.rtt.srtt_s or 0.0
+            path = min(srtt, self.rtt.min_rtt_s or srtt)
             pace = 8.0 * self.config.mtu_bytes / self.bandwidth_bps if self.bandwidth_bps else 0.0
             resend = [
                 i
                 for i in indices
                 if now - out.sent_at.get(i, out.sent_wall)
-                >= guard + (0.0 if i in out.sent_at else (i + 1) * pace)
+                >= (srtt if i in out.sent_at else path + out.queued_s + (i + 1) * pace)
             ]
             if not resend:
                 return
@@ -453,7 +481,10 @@ class UdpSender(_UdpEnd, _SenderBook):
                 return
             originals, count, _size, dispersion_us = _ACK.unpack(p.payload)
             if out is None:
-                return  # a duplicate ACK
+                out = self._late.get(p.sequence)
+                if out is None:
+                    return  # a duplicate ACK
+                self.stats.late_acks += 1
             self._forget(p.sequence)
             self._note_acked(p.sequence)
             if out.acked is not None and not out.acked.done():
@@ -487,7 +518,26 @@ class UdpSender(_UdpEnd, _SenderBook):
             ahead = 0  # bytes of this and earlier outstanding messages (in sequence order)
             for seq, out in list(self._out.items()):
                 ahead += len(out.packets) * OVERHEAD + out.size
+                # The RTO counts from when the message's last byte could have left the
+                # bottleneck: on a slow link a big message (and what is queued before it)
+                # takes longer than a round trip to go through.
+                serial = 8.0 * ahead / self.bandwidth_bps if self.bandwidth_bps else 0.0
                 if now > out.deadline_wall:
+                    # Nothing is resent now, but a message that reached the cloud just in
+                    # time is acknowledged a one-way delay later: wait one RTO (at most a
+                    # deadline) for that ACK before the message counts as lost.
+                    del self._out[seq]
+                    out.ack_by_wall = now + min(self.config.deadline_s, self.rtt.rto_s + serial)
+                    self._late[seq] = out
+                    continue
+                if now - out.last_send_wall >= self.rtt.rto_s + serial:
+                    # Tail-loss probe: resend the last fragment; the receiver NACKs the rest.
+                    self._retransmit(out, len(out.packets) - 1)
+                    out.retransmitted = True
+                    out.last_send_wall = now
+                    self.rtt.backoff()
+            for seq, out in list(self._late.items()):
+                if now > out.ack_by_wall:
                     self._forget(seq)
                     self.stats.expired += 1
                     if out.acked is not None and not out.acked.done():
@@ -495,17 +545,6 @@ class UdpSender(_UdpEnd, _SenderBook):
                             TransportError(f"message {seq} was never acknowledged")
                         )
                         out.acked.exception()  # retrieved: send_reliable reports its own
-                    continue
-                # The RTO counts from when the message's last byte could have left the
-                # bottleneck: on a slow link a big message (and what is queued before it)
-                # takes longer than a round trip to go through.
-                serial = 8.0 * ahead / self.bandwidth_bps if self.bandwidth_bps else 0.0
-                if now - out.last_send_wall >= self.rtt.rto_s + serial:
-                    # Tail-loss probe: resend the last fragment; the receiver NACKs the rest.
-                    self._retransmit(out, len(out.packets) - 1)
-                    out.retransmitted = True
-                    out.last_send_wall = now
-                    self.rtt.backoff()
 
 
 @dataclass
