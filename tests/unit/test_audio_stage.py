@@ -413,6 +413,28 @@ def test_a_lookback_revises_an_earlier_utterance_heard_with_what_followed(
     assert all(t1 - t0 <= 28.0 + 1.0 for t0, t1 in fake.spans)
 
 
+def test_a_word_cut_where_the_pass_starts_is_not_added_twice() -> None:
+    """Seen on a human-read clip: the lookback pass began at an utterance end inside the
+    committed "We" (Whisper had stretched it back over the pause) and read it whole; with that
+    word outside the compared span, the reading was an insertion and the transcript said
+    "We We". A new word centred inside a committed word that stays is the same sound."""
+    stage = AsrStage(AsrConfig(revise_lookback_s=20.0, calibrate=False))
+    stage._stream_id = "s"
+    committed = [(" us.", 23.9, 24.3), (" We", 24.58, 25.34), (" were", 25.34, 25.5),
+                 (" all", 25.5, 25.58), (" going", 25.58, 25.8)]  # fmt: skip
+    stage._history.extend(Word(w, a, b, 0.9) for w, a, b in committed)
+    stage._utterance_from = 25.9
+    heard = [Word(" We", 24.74, 25.3, 0.9), Word(" were", 25.3, 25.56, 0.9),
+             Word(" all", 25.56, 25.58, 0.9), Word(" going", 25.58, 25.8, 0.9)]  # fmt: skip
+    assert stage._revisions(heard, 24.74) == []
+    # A word the commits missed is still added: nothing committed stands where it was heard.
+    heard.insert(2, Word(" of", 25.5, 25.52, 0.9))
+    stage._history[3] = Word(" all", 25.53, 25.58, 0.9)
+    events = stage._revisions(heard, 24.74)
+    assert [(e.payload.replaced_text, e.payload.text) for e in events] == [("", "of")]
+    assert [w.word for w in stage._history] == [" us.", " We", " were", " of", " all", " going"]
+
+
 class SlideBiasedTranscriber(ScriptedTranscriber):
     """Unprimed it mishears "engine" as "and gin"; primed (hotwords given) it hears "engine"
     but also imitates its prompt: it says the slide terms "Kubelet logs" after "spoken", where

@@ -314,7 +314,7 @@ class AsrStage(Stage):
             if first_equal is None:
                 return []
             opcodes = [op for op in opcodes if op[1] >= first_equal[2]]
-        events = []
+        stretches = []
         for tag, i1, i2, j1, j2 in opcodes:
             replaced, words = mine[i1:i2], heard[j1:j2]
             if tag == "equal":
@@ -323,7 +323,17 @@ class AsrStage(Stage):
                 continue  # a stretch the long pass dropped (no-speech): keep the commits
             if cfg.revise_confidence and not _more_confident(words, replaced):
                 continue
-            events.append(self._revision_event(replaced, words))
+            stretches.append((replaced, words))
+        # A new word centred inside a committed word that stays is that word's sound read a
+        # second time (a word cut where the pass's audio starts, or readings aligned apart
+        # beside a stretch kept as a drop): not added, or the transcript would say it twice.
+        gone = {id(w) for replaced, _ in stretches for w in replaced}
+        kept = [w for w in self._history if w.t_end > since - tol and id(w) not in gone]
+        events = []
+        for replaced, words in stretches:
+            words = [w for w in words if not _inside_any(w, kept)]
+            if replaced or words:
+                events.append(self._revision_event(replaced, words))
         return events
 
     def _revision_event(self, replaced: list[Word], words: list[Word]) -> EventFrame:
@@ -600,6 +610,12 @@ class AsrStage(Stage):
         if len(text) > limit:
             text = text[-limit:].split(" ", 1)[-1]  # start at a word boundary
         return text
+
+
+def _inside_any(word: Word, others: list[Word]) -> bool:
+    """Is the middle of `word` inside the time of one of `others`?"""
+    mid = (word.t_start + word.t_end) / 2
+    return any(w.t_start < mid < w.t_end for w in others)
 
 
 def _more_confident(new: Sequence[Word], old: Sequence[Word]) -> bool:
