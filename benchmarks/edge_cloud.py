@@ -80,7 +80,7 @@ from streamfuse.transport.policy import (  # noqa: E402
 from streamfuse.transport.refine import Refiner  # noqa: E402
 from streamfuse.transport.speech import SpeechEncoder  # noqa: E402
 from streamfuse.transport.udp import UdpReceiver, UdpSender  # noqa: E402
-from streamfuse.transport.wire import Kind, Modality, Packet  # noqa: E402
+from streamfuse.transport.wire import Kind, Modality, Packet, WireError  # noqa: E402
 from streamfuse.vision.change import ChangeTracker  # noqa: E402
 from streamfuse.vision.change import key_frame as make_key_frame  # noqa: E402
 from streamfuse.vision.frames import KeyFrame  # noqa: E402
@@ -674,13 +674,20 @@ async def replay(
         else None
     )
 
+    undecodable: list[str] = []
+
     async def consume() -> None:
         async for m in rx.messages():
             got[m.header.sequence] = (hashlib.sha256(m.payload).hexdigest(), now_wall())
             if m.header.modality is Modality.VIDEO_PATCHES:
-                key = decode_patches(
-                    m.payload, m.header.shape, stream_id="s", arrival_wall=0, references=held
-                )
+                try:
+                    key = decode_patches(
+                        m.payload, m.header.shape, stream_id="s", arrival_wall=0, references=held
+                    )
+                except WireError as e:  # counted and dropped, as `CloudSource` does (e.g. a
+                    # refinement part copying from a key frame whose message was lost)
+                    undecodable.append(f"message {m.header.sequence}: {e}")
+                    continue
                 kept[m.header.sequence] = key
                 held[key.index] = key.image[..., 0]  # as `CloudSource` holds them
                 while len(held) > REFERENCES_HELD:
@@ -779,6 +786,7 @@ async def replay(
         "corrupted": corrupted,
         "late_dropped": rx.stats.late_dropped,
         "malformed_counted": rx.stats.malformed,
+        "undecodable": undecodable,
         "latency_p50_ms": round(1000 * lat[len(lat) // 2], 1) if lat else None,
         "latency_p95_ms": round(1000 * lat[min(len(lat) - 1, int(0.95 * len(lat)))], 1)
         if lat
