@@ -213,8 +213,8 @@ def revisions(
         said[j][k] = new
         payload = AsrRevisionPayload(text=new.word, words=[new], replaced=[old],
                                      replaced_text=old.word)  # fmt: skip
-        t0 = min(old.t_start, t_now)
-        out.append((t_now, EventFrame(stream_id=stream, t_media=t0, t_end=t_now, payload=payload)))
+        frame = EventFrame(stream_id=stream, t_media=old.t_start, t_end=t_now, payload=payload)
+        out.append((t_now, frame))
     return out
 
 

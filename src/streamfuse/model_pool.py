@@ -193,6 +193,8 @@ class StageModels:
         self.pool = pool
 
     def _choices(self, stage: str, fixed: int, most: int, least: int) -> tuple[int, ...]:
+        """The session sizes `stage`'s model keeps: `fixed` without a budget; with one, the
+        budget's sizes up to `most`, registered with it (each call at least `least`)."""
         if self.budget is None:
             return (fixed,)
         choices = self.budget.thread_choices(most)

@@ -530,8 +530,13 @@ class AsrStage(Stage):
             if self._past_n > keep + AUDIO_SAMPLE_RATE_HZ:
                 past = self._past_audio()[-keep:]
                 self._past, self._past_n = [past], len(past)
-        past_t0 = self._buf_t0 - self._past_n / AUDIO_SAMPLE_RATE_HZ
+        past_t0 = self._past_t0()
         self._utterance_ends = [t for t in self._utterance_ends if t >= past_t0 - 1e-6]
+
+    def _past_t0(self) -> float:
+        """Media time where the audio kept (lookback store, then buffer) starts."""
+        assert self._buf_t0 is not None
+        return self._buf_t0 - self._past_n / AUDIO_SAMPLE_RATE_HZ
 
     def _past_audio(self) -> np.ndarray:
         if len(self._past) > 1:
@@ -545,8 +550,7 @@ class AsrStage(Stage):
         cfg = self.config
         if not (cfg.revise and cfg.revise_lookback_s > 0) or self._buf_t0 is None:
             return None
-        past_t0 = self._buf_t0 - self._past_n / AUDIO_SAMPLE_RATE_HZ
-        lo = max(until - cfg.revise_lookback_s, past_t0 - 1e-6)
+        lo = max(until - cfg.revise_lookback_s, self._past_t0() - 1e-6)
         starts = (self._stream_t0, *self._utterance_ends)
         return min((t for t in starts if lo <= t < self._buf_t0), default=None)
 

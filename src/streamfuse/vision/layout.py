@@ -685,7 +685,6 @@ def _segments(mask: np.ndarray, axis: int) -> list[tuple[float, float, float]]:
 
 
 __all__ = [
-    "ocr_context_features",
     "CELL_SEPARATOR",
     "HasBox",
     "HasWords",
@@ -695,6 +694,7 @@ __all__ = [
     "RulesSource",
     "find_rules",
     "layout",
+    "ocr_context_features",
     "reading_order",
     "same_row",
 ]
