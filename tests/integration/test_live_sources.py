@@ -10,6 +10,8 @@ import logging
 import socket
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ from streamfuse.errors import SourceError
 from streamfuse.frames import AudioFrame, Frame, GapFrame, VideoFrame
 from streamfuse.sources import SourceConfig
 from streamfuse.sources.media import MediaSource
-from streamfuse.testing.live import HttpServer, Pusher, RtspServer, free_port
+from streamfuse.testing.live import HttpServer, Pusher, RtspServer, free_port, wait_udp_listener
 from streamfuse.testing.media import apart, cut, fragmented, hls, interleave
 
 pytestmark = pytest.mark.integration
@@ -309,13 +311,35 @@ def test_cli_run_keeps_events_around_a_gap_and_fails_when_the_feed_is_gone(
     # The models load after the input opened: FFmpeg's UDP buffer holds the feed meanwhile.
     cmd += ["--input-option", "fifo_size=2000000", "--input-option", "overrun_nonfatal=1"]
     feed = f"{url}?pkt_size=1316"
-    # The run opens the input after a few seconds of imports and waits for data (10 s at
-    # most); its models load while the first packets wait in the socket buffer.
+    # Each sender starts when the run listens (a feed joined after its key frame has no
+    # video until the next one, 4.5 s later in this clip): the first once the run has bound
+    # the port, the second once the run has noticed the stall and is about to listen again.
     with (
-        Pusher(clip, feed, format="mpegts", delay_s=6.0, stop_s=3.0),
-        Pusher(clip, feed, format="mpegts", delay_s=6.0 + 3.0 + 5.0, start_s=8.0),
+        Pusher(clip, feed, format="mpegts", stop_s=3.0, hold=True) as first,
+        Pusher(clip, feed, format="mpegts", start_s=8.0, hold=True) as second,
+        subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True) as proc,
     ):
-        run = subprocess.run(cmd, stderr=subprocess.PIPE, text=True, timeout=180)
+        assert proc.stderr is not None
+        lines: list[str] = []
+        reconnecting = threading.Event()
+
+        def read_stderr() -> None:
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                lines.append(line)
+                if "reconnecting in" in line:
+                    reconnecting.set()
+
+        reader = threading.Thread(target=read_stderr, daemon=True)
+        reader.start()
+        wait_udp_listener(port)
+        first.release()
+        assert reconnecting.wait(120), "".join(lines)
+        time.sleep(3.0)  # the backoff (0.5 s), then the run listens again (for up to 10 s)
+        second.release()
+        proc.wait(180)
+        reader.join(10)
+    run = subprocess.CompletedProcess(cmd, proc.returncode, None, "".join(lines))
     stderr = run.stderr
     assert run.returncode == 1, stderr
     kinds = [(e["type"], e["t_start"], e["t_end"]) for e in map(json.loads, out.open())]

@@ -239,6 +239,20 @@ class RtspServer:
         self.close()
 
 
+def wait_udp_listener(port: int, timeout_s: float = 60.0) -> None:
+    """Until a process has a UDP socket bound to `port` (a reader opened `udp://...:port`):
+    datagrams sent before that are lost, and a feed joined after its key frame shows no video
+    until the next one."""
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if any(c.laddr and c.laddr.port == port for c in psutil.net_connections(kind="udp")):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listened on UDP port {port} within {timeout_s} s")
+
+
 def _accepts(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.2)
@@ -369,4 +383,4 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["HttpServer", "Pusher", "free_port", "push"]
+__all__ = ["HttpServer", "Pusher", "RtspServer", "free_port", "push", "wait_udp_listener"]
