@@ -374,9 +374,13 @@ class MediaSource(Source):
 
         Containers interleave streams in chunks (audio often sits up to ~1 s behind the video
         of the same time), so decoding order is not time order. Frames wait in a small heap
-        until every stream has been decoded past them, then leave in time order: a live
-        consumer sees audio and video arrive together, as from a real feed. When decoding
-        fails, the frames already decoded still leave before the failure is raised.
+        until every stream has been decoded past them, then leave in time order: a paced
+        file's consumer sees audio and video arrive together, as from a real feed. A live
+        feed's frames leave as they are decoded, each stream in its own order: its sender
+        interleaved them as it could, and a stream encoded late (a browser's video runs
+        100s of ms behind its microphone) must not delay the other's results by as much.
+        When decoding fails, the frames already decoded still leave before the failure is
+        raised.
         """
         heap: list[tuple[float, int, Frame]] = []
         latest: dict[type, float] = {}
@@ -407,9 +411,11 @@ class MediaSource(Source):
         self, heap: list[tuple[float, int, Frame]], latest: dict[type, float], expected: int
     ) -> bool:
         """The earliest queued frame can go: every stream is decoded past it, or one stream
-        ran `lookahead_s` ahead (the other is late or has ended)."""
+        ran `lookahead_s` ahead (the other is late or has ended); a live feed's at once."""
         if not heap:
             return False
+        if self.live:
+            return True  # as decoded: a stream the sender encodes late holds no other back
         t = heap[0][0]
         if len(latest) >= expected and t <= min(latest.values()):
             return True
@@ -422,7 +428,8 @@ class MediaSource(Source):
         without Range support, a pipe) is read in file order, where a badly interleaved file
         stores one stream's media far behind the other's. Packets (compressed, small) wait
         here until every stream has been read past them; past `interleave_buffer_s` or
-        `interleave_buffer_mb` they go out anyway, with one warning.
+        `interleave_buffer_mb` they go out anyway, with one warning. A live feed's packets
+        go on as they are read (see `_in_time_order`).
         """
         cfg = self.config
         # Feeds (live protocols, inputs without a duration: pushed bytes, MPEG-TS streams) are
@@ -460,7 +467,7 @@ class MediaSource(Source):
                     if latest.get(i, -math.inf) < t0
                     and (end is None or latest.get(i, -math.inf) < end)
                 ]
-                if behind:
+                if behind and not self.live:
                     span = max(latest.values()) - t0
                     if span <= hold_s and held <= max_bytes:
                         break

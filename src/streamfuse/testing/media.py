@@ -79,6 +79,19 @@ def apart(src: str | Path, dst: str | Path) -> Path:
     )
 
 
+def lagged(src: str | Path, dst: str | Path, video_lag_s: float) -> Path:
+    """Remux `src` as MPEG-TS with each video packet stored `video_lag_s` after the audio of
+    the same time (no re-encode), as a browser's recorder writes a video encoder that runs
+    behind its microphone."""
+    options = {"max_interleave_delta": "1"}
+
+    def order(p: av.Packet) -> tuple[float, float]:
+        t = _time_s(p)
+        return (t + video_lag_s if p.stream.type == "video" else t, t)
+
+    return _copy(src, dst, format="mpegts", options=options, order=order)
+
+
 def cut(src: str | Path, dst: str | Path, end_s: float) -> Path:
     """The first `end_s` seconds of `src` (packets before it, no re-encode)."""
     return _copy(src, dst, end_s=end_s)
