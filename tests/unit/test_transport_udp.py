@@ -331,6 +331,62 @@ def test_paced_first_copies_leave_at_the_measured_rate_and_do_not_overflow_the_b
     assert latency is not None and latency <= 1.5
 
 
+def test_a_message_withdrawn_while_the_pacer_holds_it_is_skipped_at_once_by_the_receiver() -> None:
+    # A 50 kbit/s link: a 16-datagram message takes ~2 s to pace out. Withdrawn after its
+    # first datagrams left, the rest is not sent, and the receiver, told so, delivers the next
+    # message without holding it until the withdrawn one's deadline (1.5 s after it was seen).
+    async def run() -> tuple[bool, bool, float | None, int, int, int, bool, list[int]]:
+        config = TransportConfig(deadline_s=1.5)
+        rx = await UdpReceiver.listen("127.0.0.1", 0, config)
+        proxy = FaultProxy(rx.address, FaultConfig(bandwidth_bps=50_000, delay_ms=20))
+        tx = await UdpSender.connect(*await proxy.start(), config)
+        got: list[int] = []
+        arrived: dict[int, float] = {}
+
+        async def consume() -> None:
+            async for m in rx.messages():
+                got.append(m.header.sequence)
+                arrived[m.header.sequence] = now_wall()
+
+        consumer = asyncio.create_task(consume())
+        await tx.send_reliable(Packet(kind=Kind.CONTROL, modality=Modality.JSON), b"{}", 5)
+        await tx.wait_acked(tx.probe(), 3.0)
+        await asyncio.sleep(1.0)  # the probe's early repairs through the bottleneck
+        big = tx.send(Packet(modality=Modality.VIDEO_PATCHES), bytes(16 * 1140))
+        for _ in range(2000):
+            if len(tx._out[big].released) >= 2:
+                break
+            await asyncio.sleep(0.005)
+        withdrawn = tx.abandon(big)
+        again = tx.abandon(big)  # nothing left to withdraw
+        small = tx.send(Packet(modality=Modality.AUDIO_OPUS), bytes(300))
+        await tx.drain(3.0)
+        await rx.close()
+        await consumer
+        await tx.close()
+        await proxy.close()
+        latency = arrived[small] - tx.send_wall[small] if small in arrived else None
+        datagrams = tx.stats.datagrams
+        return (
+            withdrawn,
+            again,
+            latency,
+            rx.stats.abandoned,
+            rx.stats.late_dropped,
+            datagrams,
+            (tx.lost(big)),
+            got,
+        )
+
+    withdrawn, again, latency, abandoned, late, datagrams, lost, got = asyncio.run(run())
+    assert withdrawn and not again and lost
+    assert abandoned == 1 and late == 0  # skipped on the notice, not at its deadline
+    assert latency is not None and latency < 1.5
+    # open + probe (4) + what left of the big one (well under 16) + 2 notices + the small one
+    assert datagrams < 1 + 4 + 16 + 2 + 1
+    assert got[-1] not in (0, 1) and len(got) == 3  # open, probe, the small one
+
+
 def test_a_message_delivered_in_time_whose_ack_comes_after_its_deadline_is_not_lost() -> None:
     # 200 ms each way, a 0.3 s deadline: the message reaches the cloud at ~0.2 s (in time,
     # delivered), its acknowledgement reaches the edge at ~0.4 s, after the deadline. The edge

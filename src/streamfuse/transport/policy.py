@@ -4,8 +4,9 @@
 else 70%. `DeadlineKeepPolicy` (the default): the bytes the measured bottleneck bandwidth
 delivers within the deadline, after the bytes already queued ahead and the repair round trips
 as likely as the loss makes them; a frame over that budget is first sent coarser (smaller),
-then cut to its most important patches. `FixedKeepPolicy`: a constant ratio. Every policy answers `fit(link, encode)`
-with the message to send; `encode(keep_ratio, scale_factor)` codes the key frame.
+then cut to its most important patches. `FixedKeepPolicy`: a constant ratio. Every policy
+answers `fit(link, encode)` with the message to send; `encode(keep_ratio, scale_factor)` codes
+the key frame.
 """
 
 from __future__ import annotations

@@ -155,6 +155,9 @@ class SenderStats:
     late_acks: int = 0
     #: Messages given up: no ACK by their deadline plus the wait for a late one.
     expired: int = 0
+    #: Messages withdrawn before all of them left (`abandon`: a refinement part that a new
+    #: key frame overtook).
+    abandoned: int = 0
     malformed: int = 0
 
 
@@ -171,6 +174,8 @@ class ReceiverStats:
     nacks_sent: int = 0
     #: Well-formed datagrams of another stream, or too far ahead of the sequence window.
     foreign: int = 0
+    #: Messages the sender withdrew (`Kind.ABANDON`), skipped without waiting for them.
+    abandoned: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -310,6 +315,11 @@ class _SenderBook:
             queued,
             self.rtt.min_rtt_s,
         )
+
+    def abandon(self, seq: int) -> bool:
+        """Withdraw message `seq` before all of it is sent; returns whether it was withdrawn
+        (here never: a link that sends every message at once cannot)."""
+        return False
 
     def acked(self, seq: int) -> bool:
         """Whether the cloud acknowledged message `seq` (one of the last few hundred)."""
@@ -461,6 +471,23 @@ class UdpSender(_UdpEnd, _SenderBook):
         self._paced.clear()
         await self._close_socket()
 
+    def abandon(self, seq: int) -> bool:
+        """Withdraw message `seq` while some of its first copies still wait for the pacer:
+        the rest is not sent, nothing of it is repaired, it reads as `lost`, and the receiver
+        is told to skip it (`Kind.ABANDON`, sent twice) instead of holding the messages after
+        it until its deadline. Returns whether it was withdrawn (False: all of it left
+        already, or it is acknowledged or given up)."""
+        out = self._out.get(seq)
+        if out is None or out.reliable or len(out.released) == len(out.datagrams):
+            return False
+        del self._out[seq]
+        self.stats.abandoned += 1
+        notice = encode(Packet(kind=Kind.ABANDON, stream=self.stream, sequence=seq))
+        for _ in range(2):
+            self._put(notice)
+        self._forget(seq)
+        return True
+
     def unsent_bytes(self) -> int:
         """Bytes of first copies still waiting for the pacer."""
         return sum(len(out.datagrams[i]) for out, i in self._paced if self._out.get(out.seq))
@@ -492,7 +519,7 @@ class UdpSender(_UdpEnd, _SenderBook):
         bandwidth = self.bandwidth_bps
         if bandwidth:
             interval = 8.0 * len(datagram) / (PACING_GAIN * bandwidth)
-            credit = _PACE_BURST * interval
+            credit = (_PACE_BURST - 1) * interval
             self._pace_wall = max(self._pace_wall, now - credit) + interval
         if self._transport is None:
             return now
@@ -682,6 +709,7 @@ class UdpReceiver(_UdpEnd):
         self._next = 0
         self._highest = -1
         self._given_up: set[int] = set()  # skipped as too late (the newest few thousand)
+        self._abandoned: set[int] = set()  # withdrawn by the sender, not yet skipped
         self._queue: asyncio.Queue[Message | None] = asyncio.Queue()
         self._repair_s = 0.05  # NACK -> repair time, measured
         #: Gap between consecutive first copies of one message's fragments (EWMA): on a slow
@@ -745,11 +773,14 @@ class UdpReceiver(_UdpEnd):
         except WireError:
             self.stats.malformed += 1
             return
-        if p.kind not in (Kind.DATA, Kind.CONTROL):
+        if p.kind not in (Kind.DATA, Kind.CONTROL, Kind.ABANDON):
             self.stats.malformed += 1
             return
         if p.stream != self.stream or p.sequence >= self._next + SEQUENCE_WINDOW:
             self.stats.foreign += 1
+            return
+        if p.kind is Kind.ABANDON:
+            self._abandon(p.sequence, now)
             return
         self.peer = addr
         self.stats.datagrams += 1
@@ -758,6 +789,9 @@ class UdpReceiver(_UdpEnd):
         seq = p.sequence
         if seq in self._done:
             self.stats.duplicates += 1
+            return
+        if seq in self._abandoned:
+            self.stats.late_fragments += 1
             return
         if seq < self._next:
             if seq not in self._given_up:
@@ -811,6 +845,20 @@ class UdpReceiver(_UdpEnd):
                 self._done[seq] = m
                 self._advance(now)
 
+    def _abandon(self, seq: int, now: float) -> None:
+        """The sender withdrew message `seq`: skip it as soon as it is next, not at its
+        deadline (what arrived of it is dropped; a second notice changes nothing)."""
+        if seq < self._next or seq in self._done or seq in self._abandoned:
+            return
+        self._abandoned.add(seq)
+        self.stats.abandoned += 1
+        self._incomplete.pop(seq, None)
+        self._known_since.pop(seq, None)
+        for missing in range(self._highest + 1, seq):
+            self._known_since.setdefault(missing, now)
+        self._highest = max(self._highest, seq)
+        self._advance(now)
+
     def _deliver(self, m: Message) -> None:
         self.stats.delivered += 1
         self._queue.put_nowait(m)
@@ -819,6 +867,9 @@ class UdpReceiver(_UdpEnd):
         while True:
             if self._next in self._done:
                 self._deliver(self._done.pop(self._next))
+            elif self._next in self._abandoned:
+                self._abandoned.discard(self._next)
+                self._given_up.add(self._next)  # its stragglers are late
             else:
                 since = self._known_since.get(self._next)
                 inc = self._incomplete.get(self._next)
@@ -842,7 +893,7 @@ class UdpReceiver(_UdpEnd):
             self._advance(now)
             interval = max(2 * self.config.nack_delay_s, 1.5 * self._repair_s)
             for seq in range(self._next, self._highest + 1):
-                if seq in self._done:
+                if seq in self._done or seq in self._abandoned:
                     continue
                 msg = self._incomplete.get(seq)
                 since = msg.last_arrival_wall if msg else self._known_since.get(seq, now)
