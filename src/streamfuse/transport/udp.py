@@ -488,10 +488,6 @@ class UdpSender(_UdpEnd, _SenderBook):
         self._forget(seq)
         return True
 
-    def unsent_bytes(self) -> int:
-        """Bytes of first copies still waiting for the pacer."""
-        return sum(len(out.datagrams[i]) for out, i in self._paced if self._out.get(out.seq))
-
     # -- internals ------------------------------------------------------------------------
     def _pump(self) -> None:
         """Send the first copies whose turn has come (`PACING_GAIN` x the measured bandwidth;
