@@ -675,6 +675,7 @@ async def replay(
     )
 
     undecodable: list[str] = []
+    abandoned: list[int] = []  # refinement parts withdrawn for a new key frame
 
     async def consume() -> None:
         async for m in rx.messages():
@@ -708,8 +709,16 @@ async def replay(
             key, boxes = item.key, item.boxes
             assert key is not None and boxes is not None
 
-            if refiner is not None:
-                refiner.stop()  # the new picture goes first
+            withdrawn = refiner.stop() if refiner is not None else None  # the new picture first
+            if withdrawn is not None:
+                # As the edge does: the cloud will not hold it. Not a miss: counted apart.
+                kept_refs = [(q, r) for q, r in sent_refs if q != withdrawn]
+                sent_refs.clear()
+                sent_refs.extend(kept_refs)
+                abandoned.append(withdrawn)
+                del sent[withdrawn]
+                parts[key_of[withdrawn]].remove(withdrawn)
+                coded.pop(withdrawn)
             reference = held_reference(sent_refs, tx.acked)
 
             def encode(
@@ -818,6 +827,7 @@ async def replay(
             for last in [max(q for q in [s, *parts.get(i, [])] if q in in_time and q in kept)]
         },
         "refine_parts": sum(len(v) for v in parts.values()),
+        "refine_parts_abandoned": len(abandoned),
     }
 
 
@@ -926,7 +936,8 @@ def cap_document(
             r["accuracy_loss_points_refined"] = round(100 * (vs_truth_refined - local_vs_truth), 2)
             r["refined_after_s"] = [round(t, 2) for t in after]
             log(
-                f"  refined ({r['refine_parts']} parts): CER vs truth {vs_truth_refined:.4f} "
+                f"  refined ({r['refine_parts']} parts, {r['refine_parts_abandoned']} withdrawn): "
+                f"CER vs truth {vs_truth_refined:.4f} "
                 f"({r['accuracy_loss_points_refined']:+.2f} points), vs local "
                 f"{r['ocr_cer_vs_local_refined']:.4f}, each key frame's last part arrived "
                 f"{r['refined_after_s']} s after it was sent"

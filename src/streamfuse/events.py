@@ -273,6 +273,12 @@ class LinkPayload(Payload):
         description="Messages given up unacknowledged (no ACK by their deadline plus one RTO, "
         "at most one deadline, for a late one), edge.",
     )
+    abandoned: int | None = Field(
+        None,
+        ge=0,
+        description="Messages withdrawn before all of them were sent (a refinement part a new "
+        "key frame overtook): withdrawn, edge; skipped on the edge's notice, cloud.",
+    )
     datagrams: int = Field(0, ge=0, description="Datagrams sent (edge) or received (cloud).")
     bytes: int = Field(0, ge=0, description="Bytes sent or received, headers included.")
     malformed: int = Field(0, ge=0, description="Datagrams dropped: bad CRC, bad header.")

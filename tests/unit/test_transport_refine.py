@@ -133,11 +133,14 @@ async def _refine(
     deadline_s: float = 2.0,
     delay_ms: float = 0.0,
     start_after_s: float = 0.0,
+    bandwidth_bps: float | None = None,
+    stop_when_sent: bool = False,
 ) -> dict[str, object]:
     page, boxes = _filmed_page()
     config = CONFIG.model_copy(update={"deadline_s": deadline_s})
     rx = await UdpReceiver.listen("127.0.0.1", 0, config)
-    proxy = FaultProxy(rx.address, FaultConfig(delay_ms=delay_ms))
+    faults = FaultConfig(delay_ms=delay_ms, bandwidth_bps=bandwidth_bps)
+    proxy = FaultProxy(rx.address, faults)
     tx = await UdpSender.connect(*await proxy.start(), config)
     held: dict[int, np.ndarray] = {}
     rebuilt: list[np.ndarray] = []
@@ -153,24 +156,39 @@ async def _refine(
 
     consumer = asyncio.create_task(cloud())
     await tx.send_reliable(Packet(kind=Kind.CONTROL, modality=Modality.JSON), b"{}", 5)
+    if bandwidth_bps is not None:  # measured, so the sender paces
+        await tx.wait_acked(tx.probe(), 5.0)
+        await tx.drain(5.0)
+        await asyncio.sleep(2.5)  # the probe's early repairs through the bottleneck
     parts: list[PatchMessage] = []
+    bases = []  # the message each part copies from, and whether the cloud had acknowledged it
+    withdrawn: list[int | None] = []
 
     def send(key: KeyFrame, message: PatchMessage, grey: np.ndarray) -> int:
         parts.append(message)
-        return tx.send(
-            Packet(modality=Modality.VIDEO_PATCHES, shape=message.shape), message.payload
+        bases.append((sent[-1], tx.acked(sent[-1])))
+        sent.append(
+            tx.send(Packet(modality=Modality.VIDEO_PATCHES, shape=message.shape), message.payload)
         )
+        return sent[-1]
 
     coarse = encode_patches(page, boxes, 1.0, config, None, 0.65)
     seq = tx.send(Packet(modality=Modality.VIDEO_PATCHES, shape=coarse.shape), coarse.payload)
+    sent = [seq]
     refiner = Refiner(tx, config, lambda _link: budget, send)
     await asyncio.sleep(start_after_s)
     refiner.start(page, boxes, seq, _rebuild(coarse).astype(np.uint8))
     if stop_after_start:
         refiner.stop()  # a new key frame: nothing more of this one
+    if stop_when_sent:
+        for _ in range(2000):
+            if parts:
+                break
+            await asyncio.sleep(0.005)
+        withdrawn.append(refiner.stop())  # a new key frame while the part is being paced
     await refiner.wait(20.0)
     await tx.drain(3.0)
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(1.0 if stop_when_sent else 0.2)  # the notice behind what left
     await rx.close()
     await consumer
     await tx.close()
@@ -183,6 +201,9 @@ async def _refine(
         "finest": finest,
         "fine": _rebuild(finest),
         "sender": tx,
+        "receiver": rx,
+        "bases": bases,
+        "withdrawn": withdrawn,
     }
 
 
@@ -206,6 +227,38 @@ def test_the_refiner_sends_parts_within_the_budget_until_the_cloud_holds_the_fin
     last, first = rebuilt[-1].astype(np.int16), rebuilt[0].astype(np.int16)
     assert np.abs(last - fine).mean() < 0.3 * np.abs(first - fine).mean()
     assert ((last < 128) == (fine < 128)).mean() > 0.995
+
+
+def test_each_part_is_sent_only_once_the_cloud_acknowledged_the_message_it_copies_from() -> None:
+    # 100 ms each way: with two parts in flight, part j + 1 left while part j (its base) was
+    # still on its way, and was undecodable at the cloud whenever part j was lost.
+    finest_bytes = len(encode_patches(*_filmed_page(), 1.0, refine_config(CONFIG)).payload)
+    r = asyncio.run(_refine(finest_bytes / 2.2, delay_ms=100))
+    bases, parts, rebuilt = r["bases"], r["parts"], r["rebuilt"]
+    assert isinstance(bases, list) and isinstance(parts, list) and isinstance(rebuilt, list)
+    assert len(parts) >= 3 and len(rebuilt) == 1 + len(parts)
+    assert all(acked for _base, acked in bases)
+
+
+def test_a_new_key_frame_withdraws_the_part_still_waiting_for_the_pacer() -> None:
+    # 50 kbit/s: the finest coding in one part (3 datagrams) takes ~0.5 s at the bottleneck.
+    # A new key frame must not wait behind it: `stop` withdraws it, the cloud skips it, and
+    # later key frames do not copy from it.
+    r = asyncio.run(_refine(None, bandwidth_bps=50_000, stop_when_sent=True, deadline_s=5.0))
+    withdrawn, parts, rebuilt = r["withdrawn"], r["parts"], r["rebuilt"]
+    refiner, tx, rx = r["refiner"], r["sender"], r["receiver"]
+    assert isinstance(refiner, Refiner) and isinstance(tx, UdpSender)
+    assert isinstance(rx, UdpReceiver) and isinstance(parts, list)
+    assert isinstance(rebuilt, list) and isinstance(withdrawn, list)
+    assert len(parts) == 1 and withdrawn[0] is not None and tx.lost(withdrawn[0])
+    assert refiner.parts_abandoned == 1 and refiner.frames_refined == 1
+    assert rx.stats.abandoned == 1 and rx.stats.late_dropped == 0
+    assert len(rebuilt) == 1  # the coarse frame alone
+    # The next key frame copies from what the cloud holds: the coarse frame, not the part.
+    grey = np.zeros((4, 4), dtype=np.uint8)
+    coarse, part = Reference(7, grey), Reference(7, grey + 1)
+    refs = [(0, coarse), (withdrawn[0], part)]
+    assert held_reference(refs, tx.acked) is None  # why the edge drops a withdrawn part
 
 
 def test_the_refiner_stops_for_a_new_key_frame_and_skips_a_link_too_slow_for_it() -> None:
@@ -233,9 +286,13 @@ def test_the_deadline_budget_counts_our_own_queue_once_on_the_paths_own_delay() 
     assert policy.budget_bytes(busy) == pytest.approx(25_000 * (1.5 - 0.08))
     queued = dataclasses.replace(busy, queued_bytes=10_000)  # 0.4 s of the link
     assert policy.budget_bytes(queued) == pytest.approx(25_000 * (1.5 - 0.08 - 0.4))
-    # Repairing loss takes full (smoothed) round trips.
+    # Repairing loss takes two trips on the path (not the smoothed RTT, which holds the
+    # queue); at 5% loss most frames of ~29 fragments need one.
     lossy = dataclasses.replace(busy, loss=0.05)
-    expected = 25_000 * (1.5 - 0.08 - 2 * rtt.srtt_s) * 0.95
+    fragments = math.ceil(25_000 * 0.95 * 1.42 / policy.fragment_bytes)
+    repair = (1 - 0.95**fragments) * 2 * 0.08
+    assert 0.7 * 0.16 < repair < 0.16
+    expected = 25_000 * 0.95 * (1.5 - 0.08 - repair)
     assert policy.budget_bytes(lossy) == pytest.approx(expected)
 
 

@@ -77,6 +77,8 @@ class EdgeReport:
     #: messages (parts) that took.
     refined_key_frames: int = 0
     refine_parts: int = 0
+    #: Refinement parts withdrawn before all of them left: a new key frame went first.
+    refine_parts_abandoned: int = 0
     #: The edge's `link` events (the same records it relays to the cloud), oldest first.
     link_events: list[dict[str, Any]] = field(default_factory=list)
     #: Per message sent: (sequence, modality, edge wall time it was sent).
@@ -211,7 +213,7 @@ class Edge:
     async def key_frame(self, key: KeyFrame) -> int:
         """Code and send `key` (sized by the keep policy); returns its sequence number."""
         if self.refiner is not None:
-            self.refiner.stop()  # the new picture goes first
+            self._withdraw(self.refiner.stop())  # the new picture goes first
         with _tracer.start_as_current_span("edge.key_frame", attributes={"t_media": key.t_media}):
             boxes = await asyncio.to_thread(self.detector, key.image)
             if self._probe is not None:  # size the first key frame from a measured link
@@ -264,6 +266,16 @@ class Edge:
             message.payload,
         )
 
+    def _withdraw(self, seq: int | None) -> None:
+        """Refinement part `seq` was withdrawn: the cloud will not hold it, later key frames
+        must not copy from it."""
+        if seq is None:
+            return
+        kept = [(s, ref) for s, ref in self._sent_refs if s != seq]
+        self._sent_refs.clear()
+        self._sent_refs.extend(kept)
+        self.report.refine_parts_abandoned += 1
+
     def _send_part(self, key: KeyFrame, message: PatchMessage, rebuilt: np.ndarray) -> int:
         """Send one part of a refinement (`Refiner`); the cloud then holds `rebuilt`."""
         seq = self._send_patches(key, message)
@@ -297,6 +309,7 @@ class Edge:
             messages=s.messages,
             retransmits=s.retransmits,
             expired=s.expired,
+            abandoned=s.abandoned,
             datagrams=s.datagrams,
             bytes=s.bytes,
             malformed=s.malformed,

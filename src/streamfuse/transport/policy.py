@@ -2,20 +2,23 @@
 
 `ArticleKeepPolicy`: the article's rule, RTT > 200 ms or loss > 5% -> keep 30% of the patch grid,
 else 70%. `DeadlineKeepPolicy` (the default): the bytes the measured bottleneck bandwidth
-delivers within the deadline, after the bytes already queued ahead and the round trips loss
-repair costs; a frame over that budget is first sent coarser (smaller), then cut to its most
-important patches. `FixedKeepPolicy`: a constant ratio. Every policy answers `fit(link, encode)`
-with the message to send; `encode(keep_ratio, scale_factor)` codes the key frame.
+delivers within the deadline, after the bytes already queued ahead and the repair round trips
+as likely as the loss makes them; a frame over that budget is first sent coarser (smaller),
+then cut to its most important patches. `FixedKeepPolicy`: a constant ratio. Every policy
+answers `fit(link, encode)` with the message to send; `encode(keep_ratio, scale_factor)` codes
+the key frame.
 """
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 from streamfuse.transport.config import TransportConfig
 from streamfuse.transport.patches import PatchMessage
 from streamfuse.transport.udp import LinkEstimate
+from streamfuse.transport.wire import OVERHEAD
 
 #: A coding step: (scale factor, grey levels of a noisy frame). The frame is sent `factor`
 #: times smaller than its configured coding (`text_px`, or `noisy_text_px` for a camera's
@@ -88,11 +91,13 @@ class DeadlineKeepPolicy(KeepPolicy):
         headroom: float = 0.7,
         *,
         ladder: tuple[Step, ...] = LADDER,
+        fragment_bytes: int = 1_200 - OVERHEAD,
     ) -> None:
         self.deadline_s = deadline_s
         self.min_keep = min_keep
         self.headroom = headroom
         self.ladder = ladder
+        self.fragment_bytes = fragment_bytes
 
     def budget_bytes(self, link: LinkEstimate) -> float | None:
         """Bytes this message may take (None: nothing measured yet, no limit)."""
@@ -101,13 +106,19 @@ class DeadlineKeepPolicy(KeepPolicy):
         rtt = link.srtt_s or 0.0
         # One trip to deliver, on the path's own delay (the smallest recent RTT: the queue
         # our messages build is `queued_bytes`, counted next, and the smoothed RTT would count
-        # it again, long after it drained), two smoothed round trips more to repair what the
-        # loss takes (NACK + resend).
+        # it again, long after it drained).
         path = rtt if link.min_rtt_s is None else min(rtt, link.min_rtt_s)
-        repair = 2.0 * rtt if link.loss > 0 else 0.0
         queued_s = 8.0 * link.queued_bytes / link.bandwidth_bps
-        time_s = max(0.0, self.deadline_s - path - repair - queued_s)
-        return self.headroom * link.bandwidth_bps / 8.0 * time_s * (1.0 - min(0.9, link.loss))
+        keep = self.headroom * link.bandwidth_bps / 8.0 * (1.0 - min(0.9, link.loss))
+        # A repair (the receiver's NACK, the resend) takes about two trips on the path, and is
+        # needed as often as a message this size loses a fragment: the allowance is that
+        # chance x two trips, not two trips whenever any loss was seen (one tail drop in the
+        # loss window cost every later frame ~0.2 s, a third of it where the smoothed RTT
+        # held our own queue).
+        time_s = max(0.0, self.deadline_s - path - queued_s)
+        fragments = math.ceil(keep * time_s / self.fragment_bytes)
+        repair = (1.0 - (1.0 - min(0.9, link.loss)) ** fragments) * 2.0 * path
+        return keep * max(0.0, time_s - repair)
 
     def keep(self, link: LinkEstimate, full_bytes: int, full_keep: float) -> float:
         budget = self.budget_bytes(link)
@@ -135,7 +146,9 @@ def make_keep_policy(config: TransportConfig) -> KeepPolicy:
         return ArticleKeepPolicy()
     if config.keep_policy == "fixed":
         return FixedKeepPolicy(config.fixed_keep)
-    return DeadlineKeepPolicy(config.deadline_s, config.min_keep)
+    return DeadlineKeepPolicy(
+        config.deadline_s, config.min_keep, fragment_bytes=config.mtu_bytes - OVERHEAD
+    )
 
 
 __all__ = [

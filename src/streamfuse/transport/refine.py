@@ -6,13 +6,14 @@ the link is idle again once that message is through. `Refiner` then sends the sa
 finest coding (a noisy frame: `refine_noisy_text_px` at `refine_noisy_grey_levels`), in parts
 of at most `PART_SHARE` of the deadline budget: part j holds the text patches of the j-th
 horizontal band of the frame, and copies every other patch from the cloud's copy of the frame
-(the coarse message, then the parts before it; delivery in sequence order makes the cloud hold
-it when the part arrives). A part is sent when it fits the deadline budget left behind what is
-queued (else once the message before it is acknowledged), and at most two are in flight (part
-j waits for the acknowledgement of part j - 2), so the link stays busy without a queue that a
-new key frame would wait behind. A new key frame stops the refinement (the new picture goes
-first, behind at most the parts in flight); a message lost past its deadline ends it. The cloud
-needs nothing new: a part is a key-frame message of the same frame, which its OCR reads again.
+(the coarse message, then the parts before it). A part is sent only once the message it copies
+from is acknowledged (the cloud holds it: a part sent earlier was undecodable whenever its base
+was lost), so one part at most is in flight, and it is coded while its base is on its way. Key
+frames come first: a new key frame stops the refinement, and the part still waiting (in part)
+for the sender's pacer is withdrawn (`abandon`: the cloud skips it at once), so the new picture
+waits behind no refinement bytes but the few already through the pacer. A message lost past
+its deadline ends the refinement. The cloud needs nothing new: a part is a key-frame message of
+the same frame, which its OCR reads again.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class _Sender(Protocol):
 
     def lost(self, seq: int) -> bool: ...
 
+    def abandon(self, seq: int) -> bool: ...
+
     async def wait_acked(self, seq: int, timeout_s: float) -> bool: ...
 
 
@@ -48,8 +51,8 @@ Budget = Callable[[LinkEstimate], float | None]
 #: A part's bytes vary with where the text lies; parts are sized for this much more than the
 #: budget divided evenly.
 _PART_MARGIN = 1.25
-#: A part takes at most this share of the deadline budget (two are in flight: a key frame
-#: sent meanwhile finds at most ~1.2 budgets queued ahead, ~0.6 on average).
+#: A part takes at most this share of the deadline budget (a part that a new key frame
+#: overtakes is withdrawn, but what of it left the pacer is still ahead of that frame).
 PART_SHARE = 0.6
 
 
@@ -85,7 +88,10 @@ class Refiner:
         self.max_parts = max_parts
         self.parts_sent = 0
         self.frames_refined = 0
+        #: Parts withdrawn (`stop`) before all of them were sent.
+        self.parts_abandoned = 0
         self._task: asyncio.Task[None] | None = None
+        self._last_part: int | None = None  # the part in flight, if any
 
     def start(self, key: KeyFrame, boxes: list[BBox], seq: int, rebuilt: np.ndarray) -> None:
         """Refine `key` (sent coarser as message `seq`, which the cloud rebuilds as
@@ -93,11 +99,18 @@ class Refiner:
         self.stop()
         self._task = asyncio.create_task(self._run(key, boxes, seq, Reference(key.index, rebuilt)))
 
-    def stop(self) -> None:
-        """Send no more parts of the frame being refined."""
+    def stop(self) -> int | None:
+        """Send no more parts of the frame being refined, and withdraw the part in flight if
+        some of it still waits to be sent; returns that part's sequence (the cloud will not
+        hold it), else None."""
         if self._task is not None and not self._task.done():
             self._task.cancel()
         self._task = None
+        seq, self._last_part = self._last_part, None
+        if seq is not None and self.sender.abandon(seq):
+            self.parts_abandoned += 1
+            return seq
+        return None
 
     async def wait(self, timeout_s: float) -> None:
         """Let the refinement under way finish (at most `timeout_s`, then stop it)."""
@@ -106,22 +119,18 @@ class Refiner:
             return
         with contextlib.suppress(TimeoutError, asyncio.CancelledError):
             await asyncio.wait_for(asyncio.shield(task), timeout_s)
-        self.stop()
+        if not task.done():
+            task.cancel()
+        self._task = self._last_part = None  # the parts sent go out whole
 
     async def _run(self, key: KeyFrame, boxes: list[BBox], seq: int, ref: Reference) -> None:
         config = refine_config(self.config)
         full = await asyncio.to_thread(encode_patches, key, boxes, 1.0, config)
         parts = 0
-        sent = [seq]  # the coarse message, then each part
+        base = seq  # the coarse message, then each part
         for j in range(self.max_parts):
-            # Two in flight at most; a message lost ends it (the next part could not be
-            # rebuilt: the cloud would not hold what it copies from).
-            if any(self.sender.lost(q) for q in sent[-2:]):
-                return
-            if len(sent) >= 2 and not await self.sender.wait_acked(
-                sent[-2], config.deadline_s + 1.0
-            ):
-                return
+            if self.sender.lost(base):
+                return  # the cloud does not hold what the next part copies from
             if not parts:
                 # The budget of an idle link: the coarse message is still on its way.
                 idle = dataclasses.replace(self.sender.estimate(), queued_bytes=0)
@@ -143,13 +152,10 @@ class Refiner:
                 references={ref.index: ref.grey},
             )
             grey = rebuilt.image[..., 0]
-            # Each part within its own deadline: while it does not fit the budget left behind
-            # what is queued (the coarse message, the part before), wait for that to land.
-            budget = self.budget(self.sender.estimate())
-            late = budget is not None and len(message.payload) > budget
-            if late and not await self.sender.wait_acked(sent[-1], config.deadline_s + 1.0):
+            # Coded while its base was on its way; sent once the cloud holds that base.
+            if not await self.sender.wait_acked(base, config.deadline_s + 1.0):
                 return
-            sent.append(self.send(key, message, grey))
+            base = self._last_part = self.send(key, message, grey)
             self.parts_sent += 1
             ref = Reference(key.index, grey)
             if j + 1 == parts:

@@ -159,10 +159,8 @@ class TcpSender(_SenderBook):
             now = now_wall()
             self.rtt.sample(max(0.0, now - pending.sent_wall - dispersion_us / 1e6))
             if pending.datagrams >= 2 and dispersion_us > 0:
-                sample = 8.0 * size * (pending.datagrams - 1) / pending.datagrams
-                sample /= dispersion_us / 1e6
-                old = self.bandwidth_bps
-                self.bandwidth_bps = sample if old is None else 0.7 * old + 0.3 * sample
+                trailing = size * (pending.datagrams - 1) // pending.datagrams
+                self.bandwidth.sample(trailing, dispersion_us / 1e6)
 
 
 @dataclass

@@ -1,6 +1,9 @@
 """The deadline-aware UDP link (asyncio): messages cut into MTU-sized fragments, NACK-driven
 selective retransmission while a message's deadline allows, RFC 6298 RTO with a tail-loss probe,
 and estimates of RTT, loss and bottleneck bandwidth that the edge's keep-ratio policy reads.
+First copies leave through a pacer at `PACING_GAIN` x the measured bandwidth, so a message
+sized to the link's budget waits in the sender (where nothing is dropped and a repair can go
+first), not in the bottleneck's bounded queue (which tail-drops).
 Past its deadline the sender resends nothing, but waits up to one more RTO for the message's
 acknowledgement (one that arrived just in time is acknowledged a one-way delay later) before it
 gives the message up as lost.
@@ -52,6 +55,14 @@ _SEND_LOG = 10_000  # messages whose send time the sender remembers
 SEQUENCE_WINDOW = 4096
 #: Full datagrams in the bandwidth probe an edge sends after opening its stream.
 PROBE_DATAGRAMS = 4
+#: First copies leave at this multiple of the measured bandwidth: above 1 so the estimate can
+#: see a faster link (a sample is at most the rate we sent at), below 2 so a message sized to
+#: the link builds at most a third of its own length as queue at the bottleneck (BBR probes at
+#: 1.25, WebRTC's pacer runs video at 2.5 x its target rate).
+PACING_GAIN = 1.5
+#: Datagrams the pacer may send back to back after the event loop was late (no larger
+#: credit: a stall must not turn into the burst pacing is there to avoid).
+_PACE_BURST = 2
 
 
 class TransportError(StreamfuseError):
@@ -89,6 +100,34 @@ class RttEstimator:
         self.rto_s = min(60.0, 2 * self.rto_s)
 
 
+class BandwidthEstimator:
+    """Bottleneck bandwidth from delivery-rate samples, one per message of two or more first
+    copies: its bytes after the first over the longer of the receiver's arrival spread and our
+    own send spread (BBR's delivery rate: a train we paced cannot show a faster link than we
+    sent it at, however a stalled event loop bunched its arrivals). The estimate is the lower
+    median of the last `WINDOW` samples: one sample off either way (arrivals bunched by a CPU
+    stall, or spread by one) does not move it."""
+
+    WINDOW = 5
+
+    def __init__(self) -> None:
+        self._samples: deque[float] = deque(maxlen=self.WINDOW)
+
+    @property
+    def bps(self) -> float | None:
+        if not self._samples:
+            return None
+        ordered = sorted(self._samples)
+        return ordered[(len(ordered) - 1) // 2]
+
+    def sample(self, trailing_bytes: int, received_s: float, sent_s: float = 0.0) -> None:
+        """`trailing_bytes` after a message's first datagram arrived `received_s` after it
+        and left `sent_s` after it."""
+        spread_s = max(received_s, sent_s)
+        if spread_s > 0:
+            self._samples.append(8.0 * trailing_bytes / spread_s)
+
+
 @dataclass(frozen=True, slots=True)
 class LinkEstimate:
     """What the edge knows about the link now (None: not measured yet)."""
@@ -116,6 +155,9 @@ class SenderStats:
     late_acks: int = 0
     #: Messages given up: no ACK by their deadline plus the wait for a late one.
     expired: int = 0
+    #: Messages withdrawn before all of them left (`abandon`: a refinement part that a new
+    #: key frame overtook).
+    abandoned: int = 0
     malformed: int = 0
 
 
@@ -132,6 +174,8 @@ class ReceiverStats:
     nacks_sent: int = 0
     #: Well-formed datagrams of another stream, or too far ahead of the sequence window.
     foreign: int = 0
+    #: Messages the sender withdrew (`Kind.ABANDON`), skipped without waiting for them.
+    abandoned: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -150,8 +194,11 @@ class _Out:
     retransmitted: bool = False
     acked: asyncio.Future[None] | None = None
     ack_by_wall: float = 0.0  # past the deadline: given up if no ACK by then
-    queued_s: float = 0.0  # how long it waited behind earlier datagrams at the bottleneck
     sent_at: dict[int, float] = field(default_factory=dict)  # fragment -> last resend
+    #: fragment -> when the pacer let its first copy go, and when (at the measured bandwidth,
+    #: behind what left before it) it has passed the bottleneck
+    released: dict[int, float] = field(default_factory=dict)
+    passed: dict[int, float] = field(default_factory=dict)
 
 
 class _UdpEnd:
@@ -204,7 +251,7 @@ class _SenderBook:
         self.stream = stream
         self.stats = SenderStats()
         self.rtt = RttEstimator(config.initial_rto_s, config.min_rto_s)
-        self.bandwidth_bps: float | None = None
+        self.bandwidth = BandwidthEstimator()
         #: Share of first copies lost (0 where the link repairs loss itself: TCP).
         self.loss = 0.0
         #: Sequence -> wall time it was first sent.
@@ -240,6 +287,11 @@ class _SenderBook:
             del self.send_wall[next(iter(self.send_wall))]
         self.stats.messages += 1
 
+    @property
+    def bandwidth_bps(self) -> float | None:
+        """The bottleneck bandwidth measured (None: not yet)."""
+        return self.bandwidth.bps
+
     async def send_reliable(self, template: Packet, payload: bytes, timeout_s: float) -> int:
         """Send and wait for the acknowledgement (raises `TransportError` after `timeout_s`)."""
         seq = self.send(template, payload, deadline_s=timeout_s, reliable=True)
@@ -263,6 +315,11 @@ class _SenderBook:
             queued,
             self.rtt.min_rtt_s,
         )
+
+    def abandon(self, seq: int) -> bool:
+        """Withdraw message `seq` before all of it is sent; returns whether it was withdrawn
+        (here never: a link that sends every message at once cannot)."""
+        return False
 
     def acked(self, seq: int) -> bool:
         """Whether the cloud acknowledged message `seq` (one of the last few hundred)."""
@@ -359,6 +416,11 @@ class UdpSender(_UdpEnd, _SenderBook):
         self._loss_lost = 0
         #: When the bottleneck (at the measured bandwidth) has passed every datagram sent.
         self._drained_wall = 0.0
+        #: First copies waiting for the pacer (message, fragment), oldest first; when it may
+        #: send the next datagram, and its timer.
+        self._paced: deque[tuple[_Out, int]] = deque()
+        self._pace_wall = 0.0
+        self._pace_timer: asyncio.TimerHandle | None = None
 
     @classmethod
     async def connect(
@@ -390,12 +452,11 @@ class UdpSender(_UdpEnd, _SenderBook):
             now + (deadline_s if deadline_s is not None else self.config.deadline_s),
             reliable,
             sent_wall=now,
-            queued_s=max(0.0, self._drained_wall - now),
+            last_send_wall=now,
         )
         self._enlist(seq, out, now, reliable)
-        for d in datagrams:
-            self._put(d)
-        out.last_send_wall = now_wall()
+        self._paced.extend((out, i) for i in range(len(datagrams)))
+        self._pump()
         return seq
 
     async def drain(self, timeout_s: float) -> None:
@@ -404,18 +465,68 @@ class UdpSender(_UdpEnd, _SenderBook):
             await asyncio.wait_for(self._idle.wait(), timeout_s)
 
     async def close(self) -> None:
+        if self._pace_timer is not None:
+            self._pace_timer.cancel()
+            self._pace_timer = None
+        self._paced.clear()
         await self._close_socket()
 
+    def abandon(self, seq: int) -> bool:
+        """Withdraw message `seq` while some of its first copies still wait for the pacer:
+        the rest is not sent, nothing of it is repaired, it reads as `lost`, and the receiver
+        is told to skip it (`Kind.ABANDON`, sent twice) instead of holding the messages after
+        it until its deadline. Returns whether it was withdrawn (False: all of it left
+        already, or it is acknowledged or given up)."""
+        out = self._out.get(seq)
+        if out is None or out.reliable or len(out.released) == len(out.datagrams):
+            return False
+        del self._out[seq]
+        self.stats.abandoned += 1
+        notice = encode(Packet(kind=Kind.ABANDON, stream=self.stream, sequence=seq))
+        for _ in range(2):
+            self._put(notice)
+        self._forget(seq)
+        return True
+
     # -- internals ------------------------------------------------------------------------
-    def _put(self, datagram: bytes) -> None:
+    def _pump(self) -> None:
+        """Send the first copies whose turn has come (`PACING_GAIN` x the measured bandwidth;
+        all at once while none is measured: the probe), and time the next turn."""
+        self._pace_timer = None
+        while self._paced:
+            out, i = self._paced[0]
+            if self._out.get(out.seq) is not out:  # past its deadline: nothing more of it
+                self._paced.popleft()
+                continue
+            now = now_wall()
+            if self._pace_wall > now:
+                loop = asyncio.get_running_loop()
+                self._pace_timer = loop.call_later(self._pace_wall - now, self._pump)
+                return
+            self._paced.popleft()
+            out.released[i] = now
+            out.last_send_wall = now
+            out.passed[i] = self._put(out.datagrams[i])
+
+    def _put(self, datagram: bytes) -> float:
+        """Send one datagram now; returns when it will have passed the bottleneck (at the
+        measured bandwidth, behind what we sent before it)."""
+        now = now_wall()
+        bandwidth = self.bandwidth_bps
+        if bandwidth:
+            interval = 8.0 * len(datagram) / (PACING_GAIN * bandwidth)
+            credit = (_PACE_BURST - 1) * interval
+            self._pace_wall = max(self._pace_wall, now - credit) + interval
         if self._transport is None:
-            return
+            return now
         self._transport.sendto(datagram)
         self.stats.datagrams += 1
         self.stats.bytes += len(datagram)
-        if self.bandwidth_bps:
-            start = max(now_wall(), self._drained_wall)
-            self._drained_wall = start + 8.0 * len(datagram) / self.bandwidth_bps
+        if bandwidth:
+            start = max(now, self._drained_wall)
+            self._drained_wall = start + 8.0 * len(datagram) / bandwidth
+            return self._drained_wall
+        return now
 
     def _forget(self, seq: int) -> None:
         """Message `seq` is acknowledged or given up: nothing more to wait for."""
@@ -426,6 +537,8 @@ class UdpSender(_UdpEnd, _SenderBook):
             self._idle.set()
 
     def _retransmit(self, out: _Out, index: int) -> None:
+        """Resend one fragment now, ahead of the first copies waiting for the pacer (a repair
+        races a deadline); it still takes its share of the pace."""
         out.sent_at[index] = now_wall()
         p = out.packets[index]
         self._put(encode(replace(p, flags=p.flags | RETRANSMIT)))
@@ -459,14 +572,18 @@ class UdpSender(_UdpEnd, _SenderBook):
             # deadline policy counts it. The smoothed RTT also holds the queue, counted here
             # already: with speech queued behind a key frame it made the sender refuse the
             # NACK for the frame's tail-dropped last fragment until its deadline was past.
+            # A first copy still waiting for the pacer has not left at all.
             srtt = self.rtt.srtt_s or 0.0
             path = min(srtt, self.rtt.min_rtt_s or srtt)
-            pace = 8.0 * self.config.mtu_bytes / self.bandwidth_bps if self.bandwidth_bps else 0.0
             resend = [
                 i
                 for i in indices
-                if now - out.sent_at.get(i, out.sent_wall)
-                >= (srtt if i in out.sent_at else path + out.queued_s + (i + 1) * pace)
+                if i in out.passed
+                and (
+                    now - out.sent_at[i] >= srtt
+                    if i in out.sent_at
+                    else now - out.passed[i] >= path
+                )
             ]
             if not resend:
                 return
@@ -489,18 +606,18 @@ class UdpSender(_UdpEnd, _SenderBook):
             self._note_acked(p.sequence)
             if out.acked is not None and not out.acked.done():
                 out.acked.set_result(None)
+            first = out.released.get(0, out.sent_wall)
             if not out.retransmitted:  # Karn: no RTT sample from a retransmitted message
-                # Less the message's own spread at the bottleneck: a 20 KB key frame on a
-                # 200 kbit/s link is not a 0.8 s round trip.
-                self.rtt.sample(max(0.0, now - out.last_send_wall - dispersion_us / 1e6))
+                # From its first datagram's departure, less the message's own spread at the
+                # bottleneck: a 20 KB key frame on a 200 kbit/s link is not a 0.8 s round trip.
+                self.rtt.sample(max(0.0, now - first - dispersion_us / 1e6))
             # Packet-train dispersion: the datagrams after the first arrived `dispersion` after
             # it, at the bottleneck's pace (0 from the receiver unless every fragment was a
-            # first copy; too few bytes: timer noise dominates).
+            # first copy; too few bytes: timer noise dominates), and left us over `sent`.
             trailing = sum(len(d) for d in out.datagrams[1:])
             if trailing >= self.config.mtu_bytes // 2 and dispersion_us > 0:
-                sample = 8.0 * trailing / (dispersion_us / 1e6)
-                old = self.bandwidth_bps
-                self.bandwidth_bps = sample if old is None else 0.7 * old + 0.3 * sample
+                sent_s = max(out.released.values(), default=first) - first
+                self.bandwidth.sample(trailing, dispersion_us / 1e6, sent_s)
             if count:
                 self._loss_window.append((count, max(0, count - originals)))
                 self._loss_n += count
@@ -515,22 +632,25 @@ class UdpSender(_UdpEnd, _SenderBook):
         while True:
             await asyncio.sleep(_TICK_S)
             now = now_wall()
-            ahead = 0  # bytes of this and earlier outstanding messages (in sequence order)
             for seq, out in list(self._out.items()):
-                ahead += len(out.packets) * OVERHEAD + out.size
                 # The RTO counts from when the message's last byte could have left the
                 # bottleneck: on a slow link a big message (and what is queued before it)
                 # takes longer than a round trip to go through.
-                serial = 8.0 * ahead / self.bandwidth_bps if self.bandwidth_bps else 0.0
+                unsent = len(out.released) < len(out.datagrams)
+                through = max(out.passed.values(), default=now)
+                serial = max(0.0, through - out.last_send_wall)
                 if now > out.deadline_wall:
                     # Nothing is resent now, but a message that reached the cloud just in
                     # time is acknowledged a one-way delay later: wait one RTO (at most a
-                    # deadline) for that ACK before the message counts as lost.
+                    # deadline) for that ACK before the message counts as lost. (Its first
+                    # copies still waiting for the pacer are not sent.)
                     del self._out[seq]
-                    out.ack_by_wall = now + min(self.config.deadline_s, self.rtt.rto_s + serial)
+                    out.ack_by_wall = now + min(
+                        self.config.deadline_s, self.rtt.rto_s + max(0.0, through - now)
+                    )
                     self._late[seq] = out
                     continue
-                if now - out.last_send_wall >= self.rtt.rto_s + serial:
+                if not unsent and now - out.last_send_wall >= self.rtt.rto_s + serial:
                     # Tail-loss probe: resend the last fragment; the receiver NACKs the rest.
                     self._retransmit(out, len(out.packets) - 1)
                     out.retransmitted = True
@@ -585,6 +705,7 @@ class UdpReceiver(_UdpEnd):
         self._next = 0
         self._highest = -1
         self._given_up: set[int] = set()  # skipped as too late (the newest few thousand)
+        self._abandoned: set[int] = set()  # withdrawn by the sender, not yet skipped
         self._queue: asyncio.Queue[Message | None] = asyncio.Queue()
         self._repair_s = 0.05  # NACK -> repair time, measured
         #: Gap between consecutive first copies of one message's fragments (EWMA): on a slow
@@ -648,11 +769,14 @@ class UdpReceiver(_UdpEnd):
         except WireError:
             self.stats.malformed += 1
             return
-        if p.kind not in (Kind.DATA, Kind.CONTROL):
+        if p.kind not in (Kind.DATA, Kind.CONTROL, Kind.ABANDON):
             self.stats.malformed += 1
             return
         if p.stream != self.stream or p.sequence >= self._next + SEQUENCE_WINDOW:
             self.stats.foreign += 1
+            return
+        if p.kind is Kind.ABANDON:
+            self._abandon(p.sequence, now)
             return
         self.peer = addr
         self.stats.datagrams += 1
@@ -661,6 +785,9 @@ class UdpReceiver(_UdpEnd):
         seq = p.sequence
         if seq in self._done:
             self.stats.duplicates += 1
+            return
+        if seq in self._abandoned:
+            self.stats.late_fragments += 1
             return
         if seq < self._next:
             if seq not in self._given_up:
@@ -714,6 +841,20 @@ class UdpReceiver(_UdpEnd):
                 self._done[seq] = m
                 self._advance(now)
 
+    def _abandon(self, seq: int, now: float) -> None:
+        """The sender withdrew message `seq`: skip it as soon as it is next, not at its
+        deadline (what arrived of it is dropped; a second notice changes nothing)."""
+        if seq < self._next or seq in self._done or seq in self._abandoned:
+            return
+        self._abandoned.add(seq)
+        self.stats.abandoned += 1
+        self._incomplete.pop(seq, None)
+        self._known_since.pop(seq, None)
+        for missing in range(self._highest + 1, seq):
+            self._known_since.setdefault(missing, now)
+        self._highest = max(self._highest, seq)
+        self._advance(now)
+
     def _deliver(self, m: Message) -> None:
         self.stats.delivered += 1
         self._queue.put_nowait(m)
@@ -722,6 +863,9 @@ class UdpReceiver(_UdpEnd):
         while True:
             if self._next in self._done:
                 self._deliver(self._done.pop(self._next))
+            elif self._next in self._abandoned:
+                self._abandoned.discard(self._next)
+                self._given_up.add(self._next)  # its stragglers are late
             else:
                 since = self._known_since.get(self._next)
                 inc = self._incomplete.get(self._next)
@@ -745,7 +889,7 @@ class UdpReceiver(_UdpEnd):
             self._advance(now)
             interval = max(2 * self.config.nack_delay_s, 1.5 * self._repair_s)
             for seq in range(self._next, self._highest + 1):
-                if seq in self._done:
+                if seq in self._done or seq in self._abandoned:
                     continue
                 msg = self._incomplete.get(seq)
                 since = msg.last_arrival_wall if msg else self._known_since.get(seq, now)
@@ -771,7 +915,10 @@ class UdpReceiver(_UdpEnd):
 
 
 __all__ = [
+    "PACING_GAIN",
     "RELIABLE",
+    "RETRANSMIT",
+    "BandwidthEstimator",
     "LinkEstimate",
     "Message",
     "ReceiverStats",

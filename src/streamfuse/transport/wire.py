@@ -44,6 +44,8 @@ class Kind(enum.IntEnum):
     NACK = 1  #: fragments the receiver is missing (cloud -> edge)
     ACK = 2  #: a message completed, with receive counters (cloud -> edge)
     CONTROL = 3  #: stream open / end, JSON payload (edge -> cloud)
+    #: the sender withdrew message `sequence` before all of it left: skip it (edge -> cloud)
+    ABANDON = 4
 
 
 class Modality(enum.IntEnum):
