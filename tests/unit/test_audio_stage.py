@@ -435,6 +435,59 @@ def test_a_word_cut_where_the_pass_starts_is_not_added_twice() -> None:
     assert [w.word for w in stage._history] == [" us.", " We", " were", " of", " all", " going"]
 
 
+@pytest.mark.parametrize(
+    ("heard_text", "anchor"),
+    [
+        ("my priors rival might.", "one word"),  # "my" matches the committed "my" by chance
+        ("in my priors rival might.", "two words, 1 s apart"),
+    ],
+)
+def test_a_revision_replaces_a_differing_stretch_whole(heard_text: str, anchor: str) -> None:
+    """Seen on the speech set: the full pass read a stretch quite differently ("... rival my
+    might" for "that prize arrived my way") and the alignment matched a word of both readings
+    by chance, leaving a 3-word deletion (kept: it looks like a stretch the pass dropped as
+    no-speech) beside an insertion (applied): the transcript interleaved both readings. Words
+    the readings share only by chance (the readings place them a second apart in time) do not
+    split a stretch: it is replaced whole, or kept whole."""
+    stage = AsrStage(AsrConfig(revise_lookback_s=20.0, calibrate=False))
+    stage._stream_id = "s"
+    committed = ["that", "prize", "arrived", "in", "my", "way."]
+    if anchor == "one word":
+        committed.remove("in")
+    step = 2.0 / len(committed)
+    stage._history.extend(
+        Word(" " + w, 10.0 + i * step, 10.0 + (i + 1) * step, 0.9) for i, w in enumerate(committed)
+    )
+    stage._utterance_from = 9.0
+    words = heard_text.split()
+    step = 2.0 / len(words)
+    heard = [
+        Word(" " + w, 10.0 + i * step, 10.0 + (i + 1) * step, 0.9) for i, w in enumerate(words)
+    ]
+    events = stage._revisions(heard, 9.5)
+    assert [w.word.strip() for w in stage._history] == words
+    assert len(events) == 1
+    assert events[0].payload.replaced_text == " ".join(committed)
+    # Two stretches read differently, with words both readings share at the same time between
+    # them, stay two revisions.
+    stage = AsrStage(AsrConfig(revise_lookback_s=20.0, calibrate=False))
+    stage._stream_id = "s"
+    committed = ["the", "cat", "sat", "on", "the", "mat."]
+    stage._history.extend(
+        Word(" " + w, 10.0 + i * 0.3, 10.3 + i * 0.3, 0.9) for i, w in enumerate(committed)
+    )
+    stage._utterance_from = 9.0
+    heard = [
+        Word(" " + w, 10.0 + i * 0.3, 10.3 + i * 0.3, 0.9)
+        for i, w in enumerate(["the", "hat", "sat", "on", "the", "map."])
+    ]
+    events = stage._revisions(heard, 9.5)
+    assert [(e.payload.replaced_text, e.payload.text) for e in events] == [
+        ("cat", "hat"),
+        ("mat.", "map."),
+    ]
+
+
 class SlideBiasedTranscriber(ScriptedTranscriber):
     """Unprimed it mishears "engine" as "and gin"; primed (hotwords given) it hears "engine"
     but also imitates its prompt: it says the slide terms "Kubelet logs" after "spoken", where

@@ -54,6 +54,9 @@ _ASR_PACKAGES = ("faster-whisper", "ctranslate2")
 
 _MAX_GAP_FILL_S = 5.0
 _TAIL_S = 1.5
+# Words two readings share keep the differences around them apart only where the readings place
+# them within this much of each other in time, on average (else a chance match of words).
+_ANCHOR_MAX_SHIFT_S = 0.5
 
 
 class AsrStage(Stage):
@@ -315,10 +318,8 @@ class AsrStage(Stage):
                 return []
             opcodes = [op for op in opcodes if op[1] >= first_equal[2]]
         stretches = []
-        for tag, i1, i2, j1, j2 in opcodes:
+        for i1, i2, j1, j2 in _differing_stretches(opcodes, mine, heard):
             replaced, words = mine[i1:i2], heard[j1:j2]
-            if tag == "equal":
-                continue
             if cfg.revise_lookback_s > 0 and len(words) < cfg.revise_min_share * len(replaced) - 1:
                 continue  # a stretch the long pass dropped (no-speech): keep the commits
             if cfg.revise_confidence and not _more_confident(words, replaced):
@@ -614,6 +615,28 @@ class AsrStage(Stage):
         if len(text) > limit:
             text = text[-limit:].split(" ", 1)[-1]  # start at a word boundary
         return text
+
+
+def _differing_stretches(
+    opcodes: Sequence[tuple[str, int, int, int, int]], old: Sequence[Word], new: Sequence[Word]
+) -> list[tuple[int, int, int, int]]:
+    """The stretches where two readings of the same audio differ, as `(i1, i2, j1, j2)` slices
+    of `old` and `new`: `SequenceMatcher` opcodes, with neighbouring differences joined across
+    words the readings share only by chance (placed more than `_ANCHOR_MAX_SHIFT_S` apart in
+    time, on average: not the same sound). Each stretch is then kept or replaced whole: judged
+    piecewise, a deletion kept beside an insertion applied interleaves both readings."""
+    out: list[list[int]] = []
+    anchored = True  # the words shared since the last difference are the same sound
+    for tag, i1, i2, j1, j2 in opcodes:
+        if tag == "equal":
+            shift = sum(abs(old[i1 + k].t_start - new[j1 + k].t_start) for k in range(i2 - i1))
+            anchored = shift / (i2 - i1) <= _ANCHOR_MAX_SHIFT_S
+        elif out and not anchored:
+            out[-1][1], out[-1][3] = i2, j2  # one stretch, through the chance match
+        else:
+            out.append([i1, i2, j1, j2])
+            anchored = False
+    return [(a, b, c, d) for a, b, c, d in out]
 
 
 def _inside_any(word: Word, others: list[Word]) -> bool:
