@@ -413,6 +413,53 @@ def test_a_lookback_revises_an_earlier_utterance_heard_with_what_followed(
     assert all(t1 - t0 <= 28.0 + 1.0 for t0, t1 in fake.spans)
 
 
+class LeftBlindTranscriber(ScriptedTranscriber):
+    """Mishears `word` as `heard` unless the audio it is given starts `left_s` before the word:
+    a word Whisper gets right only with what was said before it."""
+
+    def __init__(self, audio: np.ndarray, script: list[tuple[str, float, float]], word: str,
+                 heard: str, left_s: float) -> None:  # fmt: skip
+        super().__init__(audio, script)
+        self.word, self.heard, self.left_s = word, heard, left_s
+        self.spans: list[tuple[float, float]] = []
+
+    def transcribe(self, audio: np.ndarray, prompt: str = "", **kwargs: object) -> list[Word]:
+        words = super().transcribe(audio, prompt, **kwargs)  # type: ignore[arg-type]
+        t0 = self._offset(audio)
+        self.spans.append((t0, t0 + len(audio) / SR))
+        return [
+            Word(" " + self.heard, w.t_start, w.t_end, 0.9)
+            if w.word.strip() == self.word and w.t_start < self.left_s
+            else w
+            for w in words
+        ]
+
+
+def test_a_revise_window_keeps_the_lookback_start_while_the_speech_after_it_grows(
+    clip: np.ndarray,
+) -> None:
+    """With a 5 s lookback every utterance-end pass starts at the utterance end nearest 5 s
+    back, so the last utterance's "every" is only ever heard with 2-3 s of audio before it,
+    and misheard. With `revise_window_s` 12 the passes keep the stream's start as the clip
+    grows (one 12 s window, as an offline decoder's): the last one hears "every" with all
+    that came before and revises it."""
+    script = _truth_words()
+
+    def run(window_s: float) -> tuple[list[str], LeftBlindTranscriber]:
+        fake = LeftBlindTranscriber(clip, script, "every", "ivory", left_s=4.0)
+        config = AsrConfig(**_FAST, context_s=0.0, revise_lookback_s=5.0, revise_window_s=window_s)
+        events, _ = asyncio.run(_run(AsrStage(config, transcriber=fake), clip))
+        return _speech(events), fake
+
+    words, fake = run(0.0)
+    assert "ivory" in words
+    assert not any(t0 <= 0.5 and t1 > 11.0 for t0, t1 in fake.spans)
+    words, fake = run(12.0)
+    assert words == [w for w, _, _ in script]
+    assert any(t0 <= 0.5 and t1 > 11.0 for t0, t1 in fake.spans)
+    assert all(t1 - t0 <= 12.0 + 1.0 for t0, t1 in fake.spans)
+
+
 def test_a_word_cut_where_the_pass_starts_is_not_added_twice() -> None:
     """Seen on a human-read clip: the lookback pass began at an utterance end inside the
     committed "We" (Whisper had stretched it back over the pause) and read it whole; with that

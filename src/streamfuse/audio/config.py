@@ -183,6 +183,17 @@ class AsrConfig(BaseModel):
         "pass stays one 30 s window) and revises their words too, now heard with what "
         "followed them (offline decoding's advantage). 0: only the current utterance.",
     )
+    revise_window_s: float = Field(
+        0.0,
+        ge=0.0,
+        le=28.0,
+        description="With a lookback: a pass keeps the start of the lookback pass before it "
+        "while its audio stays within this many seconds, so a stretch is re-read from the same "
+        "point as the speech after it grows (as offline decoding's 30 s windows are), instead "
+        "of from a start that moves up with every utterance; past it, the start moves to the "
+        "earliest utterance end within `revise_lookback_s`. At most `revise_lookback_s` "
+        "(0, the default): the start always moves.",
+    )
     revise_confidence: bool = Field(
         False,
         description="A revision replaces a stretch of committed words only where the full pass "

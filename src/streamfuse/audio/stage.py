@@ -112,6 +112,7 @@ class AsrStage(Stage):
         # Committed words in their latest form (prompt, trims, revisions).
         self._history: deque[Word] = deque(maxlen=400)
         self._utterance_from = float("-inf")  # where the words committed before it end
+        self._pass_start: float | None = None  # where the last lookback pass's audio started
         self._full_hyp: list[Word] = []  # the last full-window hypothesis, whole...
         self._full_start = 0.0  # ... and the media time its audio started at
         self._last_partial = ""
@@ -489,7 +490,7 @@ class AsrStage(Stage):
         samples = np.asarray(frame.samples, dtype=np.float32).reshape(-1)
         if self._buf_t0 is None:
             self._buf_t0 = frame.t_media
-            self._stream_t0 = frame.t_media
+            self._stream_t0 = self._pass_start = frame.t_media
             self._stream_id = frame.stream_id
             assert self._vad is not None
             self._vad.reset(frame.t_media)
@@ -523,9 +524,10 @@ class AsrStage(Stage):
         self._n = len(audio) - k
         self._buf_t0 += k / AUDIO_SAMPLE_RATE_HZ
         cfg = self.config
-        keep = round(cfg.revise_lookback_s * AUDIO_SAMPLE_RATE_HZ) if cfg.revise else 0
+        reach_s = max(cfg.revise_lookback_s, cfg.revise_window_s)
+        keep = round(reach_s * AUDIO_SAMPLE_RATE_HZ) if cfg.revise and cfg.revise_lookback_s else 0
         if keep:
-            # The cut audio goes to the lookback store, trimmed to `revise_lookback_s`.
+            # The cut audio goes to the lookback store, trimmed to how far a pass reaches back.
             self._past.append(audio[:k])
             self._past_n += k
             if self._past_n > keep + AUDIO_SAMPLE_RATE_HZ:
@@ -547,13 +549,25 @@ class AsrStage(Stage):
     def _lookback_start(self, until: float) -> float | None:
         """Where the full pass ending at media time `until` starts its audio: the earliest
         utterance end within `revise_lookback_s` kept before the buffer (never inside a word),
-        else the buffer's start (None)."""
+        else the buffer's start (None); or, within `revise_window_s`, where the last lookback
+        pass started."""
         cfg = self.config
         if not (cfg.revise and cfg.revise_lookback_s > 0) or self._buf_t0 is None:
             return None
-        lo = max(until - cfg.revise_lookback_s, self._past_t0() - 1e-6)
+        kept_from = self._past_t0() - 1e-6
+        last = self._pass_start
+        if (
+            last is not None
+            and kept_from <= last < self._buf_t0
+            and until - last <= cfg.revise_window_s
+        ):
+            return last
+        lo = max(until - cfg.revise_lookback_s, kept_from)
         starts = (self._stream_t0, *self._utterance_ends)
-        return min((t for t in starts if lo <= t < self._buf_t0), default=None)
+        start = min((t for t in starts if lo <= t < self._buf_t0), default=None)
+        if start is not None:
+            self._pass_start = start
+        return start
 
     def _keep_context(self) -> None:
         """Between utterances: keep the newest whole utterances within `context_s` (Whisper
