@@ -4,9 +4,11 @@ Silero VAD gates the work: silence is never transcribed. During speech the buffe
 last trim point) is re-transcribed every `update_interval_s` of new audio (a short encoder
 window) and words are committed by LocalAgreement-2, or once `max_word_delay_s` old; when the VAD
 sees `min_silence_s` of silence, a full-window hypothesis is committed whole and the buffer
-restarts. That pass hears the whole utterance, and reaches back `revise_lookback_s` over the
-utterances before it (audio kept past the buffer): where it reads words committed earlier
-differently, now with what followed them, `asr_revision` events replace them (`revise`). Long
+restarts. That pass hears the whole utterance, and reaches back over the utterances before it
+(audio kept past the buffer; from the last such pass's start while it fits `revise_window_s`,
+else from an utterance end within `revise_lookback_s`): where it reads words committed earlier
+differently, now with what followed them, `asr_revision` events replace each differing stretch
+whole (`revise`). Long
 speech is trimmed at committed sentence ends. With a `ScreenTerms`, rare words read on screen in
 the last minute are passed to the model as hotwords (slide priming); with `prime_guard` a primed
 pass is decoded unprimed too and keeps the primed words only where they put a slide term in place
