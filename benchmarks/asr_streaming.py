@@ -556,6 +556,8 @@ def main(argv: list[str] | None = None) -> int:
                  "latencies": [], "latencies_first": [], "revisions": 0}
             )  # fmt: skip
             print(f"{clip.name:32s} {name:13s} WER {score:6.1%}")
+            if args.show_text:
+                print(f"    {text}")
         for system in systems:
             if system == "ours-primed-other" and _other_slides(clip, clips) is None:
                 continue  # not a synthetic clip, or no other clip's slides to show

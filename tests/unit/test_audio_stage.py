@@ -413,6 +413,53 @@ def test_a_lookback_revises_an_earlier_utterance_heard_with_what_followed(
     assert all(t1 - t0 <= 28.0 + 1.0 for t0, t1 in fake.spans)
 
 
+class LeftBlindTranscriber(ScriptedTranscriber):
+    """Mishears `word` as `heard` unless the audio it is given starts `left_s` before the word:
+    a word Whisper gets right only with what was said before it."""
+
+    def __init__(self, audio: np.ndarray, script: list[tuple[str, float, float]], word: str,
+                 heard: str, left_s: float) -> None:  # fmt: skip
+        super().__init__(audio, script)
+        self.word, self.heard, self.left_s = word, heard, left_s
+        self.spans: list[tuple[float, float]] = []
+
+    def transcribe(self, audio: np.ndarray, prompt: str = "", **kwargs: object) -> list[Word]:
+        words = super().transcribe(audio, prompt, **kwargs)  # type: ignore[arg-type]
+        t0 = self._offset(audio)
+        self.spans.append((t0, t0 + len(audio) / SR))
+        return [
+            Word(" " + self.heard, w.t_start, w.t_end, 0.9)
+            if w.word.strip() == self.word and w.t_start < self.left_s
+            else w
+            for w in words
+        ]
+
+
+def test_a_revise_window_keeps_the_lookback_start_while_the_speech_after_it_grows(
+    clip: np.ndarray,
+) -> None:
+    """With a 5 s lookback every utterance-end pass starts at the utterance end nearest 5 s
+    back, so the last utterance's "every" is only ever heard with 2-3 s of audio before it,
+    and misheard. With `revise_window_s` 12 the passes keep the stream's start as the clip
+    grows (one 12 s window, as an offline decoder's): the last one hears "every" with all
+    that came before and revises it."""
+    script = _truth_words()
+
+    def run(window_s: float) -> tuple[list[str], LeftBlindTranscriber]:
+        fake = LeftBlindTranscriber(clip, script, "every", "ivory", left_s=4.0)
+        config = AsrConfig(**_FAST, context_s=0.0, revise_lookback_s=5.0, revise_window_s=window_s)
+        events, _ = asyncio.run(_run(AsrStage(config, transcriber=fake), clip))
+        return _speech(events), fake
+
+    words, fake = run(0.0)
+    assert "ivory" in words
+    assert not any(t0 <= 0.5 and t1 > 11.0 for t0, t1 in fake.spans)
+    words, fake = run(12.0)
+    assert words == [w for w, _, _ in script]
+    assert any(t0 <= 0.5 and t1 > 11.0 for t0, t1 in fake.spans)
+    assert all(t1 - t0 <= 12.0 + 1.0 for t0, t1 in fake.spans)
+
+
 def test_a_word_cut_where_the_pass_starts_is_not_added_twice() -> None:
     """Seen on a human-read clip: the lookback pass began at an utterance end inside the
     committed "We" (Whisper had stretched it back over the pause) and read it whole; with that
@@ -433,6 +480,59 @@ def test_a_word_cut_where_the_pass_starts_is_not_added_twice() -> None:
     events = stage._revisions(heard, 24.74)
     assert [(e.payload.replaced_text, e.payload.text) for e in events] == [("", "of")]
     assert [w.word for w in stage._history] == [" us.", " We", " were", " of", " all", " going"]
+
+
+@pytest.mark.parametrize(
+    ("heard_text", "anchor"),
+    [
+        ("my priors rival might.", "one word"),  # "my" matches the committed "my" by chance
+        ("in my priors rival might.", "two words, 1 s apart"),
+    ],
+)
+def test_a_revision_replaces_a_differing_stretch_whole(heard_text: str, anchor: str) -> None:
+    """Seen on the speech set: the full pass read a stretch quite differently ("... rival my
+    might" for "that prize arrived my way") and the alignment matched a word of both readings
+    by chance, leaving a 3-word deletion (kept: it looks like a stretch the pass dropped as
+    no-speech) beside an insertion (applied): the transcript interleaved both readings. Words
+    the readings share only by chance (the readings place them a second apart in time) do not
+    split a stretch: it is replaced whole, or kept whole."""
+    stage = AsrStage(AsrConfig(revise_lookback_s=20.0, calibrate=False))
+    stage._stream_id = "s"
+    committed = ["that", "prize", "arrived", "in", "my", "way."]
+    if anchor == "one word":
+        committed.remove("in")
+    step = 2.0 / len(committed)
+    stage._history.extend(
+        Word(" " + w, 10.0 + i * step, 10.0 + (i + 1) * step, 0.9) for i, w in enumerate(committed)
+    )
+    stage._utterance_from = 9.0
+    words = heard_text.split()
+    step = 2.0 / len(words)
+    heard = [
+        Word(" " + w, 10.0 + i * step, 10.0 + (i + 1) * step, 0.9) for i, w in enumerate(words)
+    ]
+    events = stage._revisions(heard, 9.5)
+    assert [w.word.strip() for w in stage._history] == words
+    assert len(events) == 1
+    assert events[0].payload.replaced_text == " ".join(committed)
+    # Two stretches read differently, with words both readings share at the same time between
+    # them, stay two revisions.
+    stage = AsrStage(AsrConfig(revise_lookback_s=20.0, calibrate=False))
+    stage._stream_id = "s"
+    committed = ["the", "cat", "sat", "on", "the", "mat."]
+    stage._history.extend(
+        Word(" " + w, 10.0 + i * 0.3, 10.3 + i * 0.3, 0.9) for i, w in enumerate(committed)
+    )
+    stage._utterance_from = 9.0
+    heard = [
+        Word(" " + w, 10.0 + i * 0.3, 10.3 + i * 0.3, 0.9)
+        for i, w in enumerate(["the", "hat", "sat", "on", "the", "map."])
+    ]
+    events = stage._revisions(heard, 9.5)
+    assert [(e.payload.replaced_text, e.payload.text) for e in events] == [
+        ("cat", "hat"),
+        ("mat.", "map."),
+    ]
 
 
 class SlideBiasedTranscriber(ScriptedTranscriber):

@@ -175,13 +175,26 @@ class AsrConfig(BaseModel):
         "stretch of 3+ committed words read as fewer than this share is kept too.",
     )
     revise_lookback_s: float = Field(
-        20.0,
+        10.0,
         ge=0.0,
         le=28.0,
         description="With `revise`: the full pass at an utterance end also hears the audio of "
         "the utterances that ended within this many seconds before it (whole utterances; the "
         "pass stays one 30 s window) and revises their words too, now heard with what "
-        "followed them (offline decoding's advantage). 0: only the current utterance.",
+        "followed them (offline decoding's advantage); with `revise_window_s`, where a pass "
+        "starts once the window is full. 0: only the current utterance.",
+    )
+    revise_window_s: float = Field(
+        28.0,
+        ge=0.0,
+        le=28.0,
+        description="With a lookback: a pass keeps the start of the lookback pass before it "
+        "(first: the stream's start) while its audio stays within this many seconds, so a "
+        "stretch is re-read from the same point as the speech after it grows, as offline "
+        "decoding's 30 s windows are, instead of from a start that moves up with every "
+        "utterance; past it, the start moves to the earliest utterance end within "
+        "`revise_lookback_s`. At most `revise_lookback_s` (e.g. 0): the start always moves "
+        "(the behaviour before 2026-12-03, night: lookback 20 s, window 0; docs/asr.md).",
     )
     revise_confidence: bool = Field(
         False,

@@ -4,9 +4,11 @@ Silero VAD gates the work: silence is never transcribed. During speech the buffe
 last trim point) is re-transcribed every `update_interval_s` of new audio (a short encoder
 window) and words are committed by LocalAgreement-2, or once `max_word_delay_s` old; when the VAD
 sees `min_silence_s` of silence, a full-window hypothesis is committed whole and the buffer
-restarts. That pass hears the whole utterance, and reaches back `revise_lookback_s` over the
-utterances before it (audio kept past the buffer): where it reads words committed earlier
-differently, now with what followed them, `asr_revision` events replace them (`revise`). Long
+restarts. That pass hears the whole utterance, and reaches back over the utterances before it
+(audio kept past the buffer; from the last such pass's start while it fits `revise_window_s`,
+else from an utterance end within `revise_lookback_s`): where it reads words committed earlier
+differently, now with what followed them, `asr_revision` events replace each differing stretch
+whole (`revise`). Long
 speech is trimmed at committed sentence ends. With a `ScreenTerms`, rare words read on screen in
 the last minute are passed to the model as hotwords (slide priming); with `prime_guard` a primed
 pass is decoded unprimed too and keeps the primed words only where they put a slide term in place
@@ -54,6 +56,9 @@ _ASR_PACKAGES = ("faster-whisper", "ctranslate2")
 
 _MAX_GAP_FILL_S = 5.0
 _TAIL_S = 1.5
+# Words two readings share keep the differences around them apart only where the readings place
+# them within this much of each other in time, on average (else a chance match of words).
+_ANCHOR_MAX_SHIFT_S = 0.5
 
 
 class AsrStage(Stage):
@@ -109,6 +114,7 @@ class AsrStage(Stage):
         # Committed words in their latest form (prompt, trims, revisions).
         self._history: deque[Word] = deque(maxlen=400)
         self._utterance_from = float("-inf")  # where the words committed before it end
+        self._pass_start: float | None = None  # where the last lookback pass's audio started
         self._full_hyp: list[Word] = []  # the last full-window hypothesis, whole...
         self._full_start = 0.0  # ... and the media time its audio started at
         self._last_partial = ""
@@ -315,10 +321,8 @@ class AsrStage(Stage):
                 return []
             opcodes = [op for op in opcodes if op[1] >= first_equal[2]]
         stretches = []
-        for tag, i1, i2, j1, j2 in opcodes:
+        for i1, i2, j1, j2 in _differing_stretches(opcodes, mine, heard):
             replaced, words = mine[i1:i2], heard[j1:j2]
-            if tag == "equal":
-                continue
             if cfg.revise_lookback_s > 0 and len(words) < cfg.revise_min_share * len(replaced) - 1:
                 continue  # a stretch the long pass dropped (no-speech): keep the commits
             if cfg.revise_confidence and not _more_confident(words, replaced):
@@ -488,7 +492,7 @@ class AsrStage(Stage):
         samples = np.asarray(frame.samples, dtype=np.float32).reshape(-1)
         if self._buf_t0 is None:
             self._buf_t0 = frame.t_media
-            self._stream_t0 = frame.t_media
+            self._stream_t0 = self._pass_start = frame.t_media
             self._stream_id = frame.stream_id
             assert self._vad is not None
             self._vad.reset(frame.t_media)
@@ -522,9 +526,10 @@ class AsrStage(Stage):
         self._n = len(audio) - k
         self._buf_t0 += k / AUDIO_SAMPLE_RATE_HZ
         cfg = self.config
-        keep = round(cfg.revise_lookback_s * AUDIO_SAMPLE_RATE_HZ) if cfg.revise else 0
+        reach_s = max(cfg.revise_lookback_s, cfg.revise_window_s)
+        keep = round(reach_s * AUDIO_SAMPLE_RATE_HZ) if cfg.revise and cfg.revise_lookback_s else 0
         if keep:
-            # The cut audio goes to the lookback store, trimmed to `revise_lookback_s`.
+            # The cut audio goes to the lookback store, trimmed to how far a pass reaches back.
             self._past.append(audio[:k])
             self._past_n += k
             if self._past_n > keep + AUDIO_SAMPLE_RATE_HZ:
@@ -546,13 +551,25 @@ class AsrStage(Stage):
     def _lookback_start(self, until: float) -> float | None:
         """Where the full pass ending at media time `until` starts its audio: the earliest
         utterance end within `revise_lookback_s` kept before the buffer (never inside a word),
-        else the buffer's start (None)."""
+        else the buffer's start (None); or, within `revise_window_s`, where the last lookback
+        pass started."""
         cfg = self.config
         if not (cfg.revise and cfg.revise_lookback_s > 0) or self._buf_t0 is None:
             return None
-        lo = max(until - cfg.revise_lookback_s, self._past_t0() - 1e-6)
+        kept_from = self._past_t0() - 1e-6
+        last = self._pass_start
+        if (
+            last is not None
+            and kept_from <= last < self._buf_t0
+            and until - last <= cfg.revise_window_s
+        ):
+            return last
+        lo = max(until - cfg.revise_lookback_s, kept_from)
         starts = (self._stream_t0, *self._utterance_ends)
-        return min((t for t in starts if lo <= t < self._buf_t0), default=None)
+        start = min((t for t in starts if lo <= t < self._buf_t0), default=None)
+        if start is not None:
+            self._pass_start = start
+        return start
 
     def _keep_context(self) -> None:
         """Between utterances: keep the newest whole utterances within `context_s` (Whisper
@@ -614,6 +631,28 @@ class AsrStage(Stage):
         if len(text) > limit:
             text = text[-limit:].split(" ", 1)[-1]  # start at a word boundary
         return text
+
+
+def _differing_stretches(
+    opcodes: Sequence[tuple[str, int, int, int, int]], old: Sequence[Word], new: Sequence[Word]
+) -> list[tuple[int, int, int, int]]:
+    """The stretches where two readings of the same audio differ, as `(i1, i2, j1, j2)` slices
+    of `old` and `new`: `SequenceMatcher` opcodes, with neighbouring differences joined across
+    words the readings share only by chance (placed more than `_ANCHOR_MAX_SHIFT_S` apart in
+    time, on average: not the same sound). Each stretch is then kept or replaced whole: judged
+    piecewise, a deletion kept beside an insertion applied interleaves both readings."""
+    out: list[list[int]] = []
+    anchored = True  # the words shared since the last difference are the same sound
+    for tag, i1, i2, j1, j2 in opcodes:
+        if tag == "equal":
+            shift = sum(abs(old[i1 + k].t_start - new[j1 + k].t_start) for k in range(i2 - i1))
+            anchored = shift / (i2 - i1) <= _ANCHOR_MAX_SHIFT_S
+        elif out and not anchored:
+            out[-1][1], out[-1][3] = i2, j2  # one stretch, through the chance match
+        else:
+            out.append([i1, i2, j1, j2])
+            anchored = False
+    return [(a, b, c, d) for a, b, c, d in out]
 
 
 def _inside_any(word: Word, others: list[Word]) -> bool:
