@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -288,37 +290,50 @@ def test_the_repair_allowance_follows_the_chance_that_a_frame_needs_a_repair() -
     assert often_b == pytest.approx(25_000 * 0.9 * (1.5 - 0.09 - 2 * 0.09), rel=0.01)
 
 
+@asynccontextmanager
+async def _opened(
+    make_proxy: Callable[[tuple[str, int]], FaultProxy],
+) -> AsyncIterator[tuple[UdpSender, FaultProxy, dict[int, float]]]:
+    """A sender behind the proxy `make_proxy` builds for the receiver's address, its stream
+    opened and the bandwidth probed; yields (sender, proxy, arrival wall time per delivered
+    sequence) and closes everything once the sender has drained."""
+    config = TransportConfig(deadline_s=1.5)
+    rx = await UdpReceiver.listen("127.0.0.1", 0, config)
+    proxy = make_proxy(rx.address)
+    tx = await UdpSender.connect(*await proxy.start(), config)
+    arrived: dict[int, float] = {}
+
+    async def consume() -> None:
+        async for m in rx.messages():
+            arrived[m.header.sequence] = now_wall()
+
+    consumer = asyncio.create_task(consume())
+    try:
+        await tx.send_reliable(Packet(kind=Kind.CONTROL, modality=Modality.JSON), b"{}", 5)
+        await tx.wait_acked(tx.probe(), 2.0)
+        yield tx, proxy, arrived
+        await tx.drain(3.0)
+    finally:
+        await rx.close()
+        await consumer
+        await tx.close()
+        await proxy.close()
+
+
 def test_paced_first_copies_leave_at_the_measured_rate_and_do_not_overflow_the_bottleneck() -> None:
     # A key frame sized to a 200 kbit/s link (14 datagrams, 0.67 s at the bottleneck) right
     # behind 8 speech messages, into a 0.6 s bottleneck queue: sent at once, its last datagram
     # found the queue full (tail drop) and needed a repair; paced at 1.5 x the measured rate
     # the queue holds at most a third of it, and the wait is in the sender.
     async def run() -> tuple[int, int, float, float | None, float | None]:
-        config = TransportConfig(deadline_s=1.5)
-        rx = await UdpReceiver.listen("127.0.0.1", 0, config)
         faults = FaultConfig(bandwidth_bps=200_000, delay_ms=40, queue_s=0.6)
-        proxy = FaultProxy(rx.address, faults)
-        tx = await UdpSender.connect(*await proxy.start(), config)
-        arrived: dict[int, float] = {}
-
-        async def consume() -> None:
-            async for m in rx.messages():
-                arrived[m.header.sequence] = now_wall()
-
-        consumer = asyncio.create_task(consume())
-        await tx.send_reliable(Packet(kind=Kind.CONTROL, modality=Modality.JSON), b"{}", 5)
-        await tx.wait_acked(tx.probe(), 2.0)
-        bandwidth, resent = tx.bandwidth_bps, tx.stats.retransmits
-        for _ in range(8):
-            tx.send(Packet(modality=Modality.AUDIO_OPUS), bytes(300))
-        seq = tx.send(Packet(modality=Modality.VIDEO_PATCHES), bytes(14 * 1140))
-        out = tx._out[seq]
-        await tx.drain(3.0)
+        async with _opened(lambda address: FaultProxy(address, faults)) as (tx, proxy, arrived):
+            bandwidth, resent = tx.bandwidth_bps, tx.stats.retransmits
+            for _ in range(8):
+                tx.send(Packet(modality=Modality.AUDIO_OPUS), bytes(300))
+            seq = tx.send(Packet(modality=Modality.VIDEO_PATCHES), bytes(14 * 1140))
+            out = tx._out[seq]
         spread = max(out.released.values()) - min(out.released.values())
-        await rx.close()
-        await consumer
-        await tx.close()
-        await proxy.close()
         latency = arrived[seq] - tx.send_wall[seq] if seq in arrived else None
         return proxy.stats.queue_dropped, tx.stats.retransmits - resent, spread, latency, bandwidth
 
@@ -486,30 +501,16 @@ def test_a_lost_tail_fragment_is_resent_once_its_turn_at_the_bottleneck_is_past(
     # smoothed RTT that counts the queue a second time (the message then missed its deadline:
     # a key frame lost in the 200 kbit/s benchmark), and not refuse it as still on its way.
     async def run() -> tuple[float | None, int, int, int]:
-        config = TransportConfig(deadline_s=1.5)
-        rx = await UdpReceiver.listen("127.0.0.1", 0, config)
-        proxy = _TailDropProxy(rx.address, FaultConfig(bandwidth_bps=200_000, delay_ms=40), 14)
-        tx = await UdpSender.connect(*await proxy.start(), config)
-        arrived: dict[int, float] = {}
-
-        async def consume() -> None:
-            async for m in rx.messages():
-                arrived[m.header.sequence] = now_wall()
-
-        consumer = asyncio.create_task(consume())
-        await tx.send_reliable(Packet(kind=Kind.CONTROL, modality=Modality.JSON), b"{}", 5)
-        await tx.wait_acked(tx.probe(), 2.0)
-        for _ in range(8):
-            tx.send(Packet(modality=Modality.AUDIO_OPUS), bytes(300))
-        resent = tx.stats.retransmits
-        # 14 datagrams: 0.67 s of serialisation behind 0.1 s of speech.
-        seq = tx.send(Packet(modality=Modality.VIDEO_PATCHES), bytes(14 * 1140))
-        await tx.drain(3.0)
-        await rx.close()
-        await consumer
-        await tx.close()
-        await proxy.close()
+        faults = FaultConfig(bandwidth_bps=200_000, delay_ms=40)
+        tail_drop = _opened(lambda address: _TailDropProxy(address, faults, 14))
+        async with tail_drop as (tx, proxy, arrived):
+            for _ in range(8):
+                tx.send(Packet(modality=Modality.AUDIO_OPUS), bytes(300))
+            resent = tx.stats.retransmits
+            # 14 datagrams: 0.67 s of serialisation behind 0.1 s of speech.
+            seq = tx.send(Packet(modality=Modality.VIDEO_PATCHES), bytes(14 * 1140))
         latency = arrived[seq] - tx.send_wall[seq] if seq in arrived else None
+        assert isinstance(proxy, _TailDropProxy)
         return latency, proxy.dropped, tx.stats.retransmits - resent, tx.stats.expired
 
     latency, dropped, resent, expired = asyncio.run(run())
