@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -362,24 +362,25 @@ def test_agreeing_passes_make_no_revision(clip: np.ndarray) -> None:
     assert _speech(events) == [w for w, _, _ in _truth_words()]
 
 
-class ShortSightedTranscriber(ScriptedTranscriber):
-    """Mishears `word` as `heard` unless the audio goes on `context_s` past the word's end:
-    a word Whisper gets right only with what is said after it."""
+class ContextMishearingTranscriber(ScriptedTranscriber):
+    """Mishears `word` as `heard` in a pass where `misheard(word, audio_s)` holds (the word's
+    times relative to the pass's audio, `audio_s` long): a word Whisper gets right only with
+    enough audio around it. Records each pass's span of media time."""
 
     def __init__(self, audio: np.ndarray, script: list[tuple[str, float, float]], word: str,
-                 heard: str, context_s: float) -> None:  # fmt: skip
+                 heard: str, misheard: Callable[[Word, float], bool]) -> None:  # fmt: skip
         super().__init__(audio, script)
-        self.word, self.heard, self.context_s = word, heard, context_s
+        self.word, self.heard, self.misheard = word, heard, misheard
         self.spans: list[tuple[float, float]] = []
 
     def transcribe(self, audio: np.ndarray, prompt: str = "", **kwargs: object) -> list[Word]:
         words = super().transcribe(audio, prompt, **kwargs)  # type: ignore[arg-type]
         t0 = self._offset(audio)
-        t1 = t0 + len(audio) / SR
-        self.spans.append((t0, t1))
+        audio_s = len(audio) / SR
+        self.spans.append((t0, t0 + audio_s))
         return [
             Word(" " + self.heard, w.t_start, w.t_end, 0.9)
-            if w.word.strip() == self.word and t0 + w.t_end + self.context_s > t1
+            if w.word.strip() == self.word and self.misheard(w, audio_s)
             else w
             for w in words
         ]
@@ -396,8 +397,11 @@ def test_a_lookback_revises_an_earlier_utterance_heard_with_what_followed(
     buffer restarts at each utterance end: the audio comes from the lookback store."""
     script = _truth_words()
 
-    def run(lookback: float) -> tuple[list[EventFrame], ShortSightedTranscriber]:
-        fake = ShortSightedTranscriber(clip, script, "words.", "birds.", context_s=3.0)
+    def run(lookback: float) -> tuple[list[EventFrame], ContextMishearingTranscriber]:
+        # Misheard unless the audio goes on 3 s past the word's end.
+        fake = ContextMishearingTranscriber(
+            clip, script, "words.", "birds.", lambda w, audio_s: w.t_end + 3.0 > audio_s
+        )
         config = AsrConfig(**_FAST, context_s=context_s, revise_lookback_s=lookback)
         return asyncio.run(_run(AsrStage(config, transcriber=fake), clip))[0], fake
 
@@ -413,28 +417,6 @@ def test_a_lookback_revises_an_earlier_utterance_heard_with_what_followed(
     assert all(t1 - t0 <= 28.0 + 1.0 for t0, t1 in fake.spans)
 
 
-class LeftBlindTranscriber(ScriptedTranscriber):
-    """Mishears `word` as `heard` unless the audio it is given starts `left_s` before the word:
-    a word Whisper gets right only with what was said before it."""
-
-    def __init__(self, audio: np.ndarray, script: list[tuple[str, float, float]], word: str,
-                 heard: str, left_s: float) -> None:  # fmt: skip
-        super().__init__(audio, script)
-        self.word, self.heard, self.left_s = word, heard, left_s
-        self.spans: list[tuple[float, float]] = []
-
-    def transcribe(self, audio: np.ndarray, prompt: str = "", **kwargs: object) -> list[Word]:
-        words = super().transcribe(audio, prompt, **kwargs)  # type: ignore[arg-type]
-        t0 = self._offset(audio)
-        self.spans.append((t0, t0 + len(audio) / SR))
-        return [
-            Word(" " + self.heard, w.t_start, w.t_end, 0.9)
-            if w.word.strip() == self.word and w.t_start < self.left_s
-            else w
-            for w in words
-        ]
-
-
 def test_a_revise_window_keeps_the_lookback_start_while_the_speech_after_it_grows(
     clip: np.ndarray,
 ) -> None:
@@ -445,8 +427,11 @@ def test_a_revise_window_keeps_the_lookback_start_while_the_speech_after_it_grow
     that came before and revises it."""
     script = _truth_words()
 
-    def run(window_s: float) -> tuple[list[str], LeftBlindTranscriber]:
-        fake = LeftBlindTranscriber(clip, script, "every", "ivory", left_s=4.0)
+    def run(window_s: float) -> tuple[list[str], ContextMishearingTranscriber]:
+        # Misheard unless the audio starts 4 s before the word.
+        fake = ContextMishearingTranscriber(
+            clip, script, "every", "ivory", lambda w, _: w.t_start < 4.0
+        )
         config = AsrConfig(**_FAST, context_s=0.0, revise_lookback_s=5.0, revise_window_s=window_s)
         events, _ = asyncio.run(_run(AsrStage(config, transcriber=fake), clip))
         return _speech(events), fake
