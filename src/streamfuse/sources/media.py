@@ -431,10 +431,13 @@ class MediaSource(Source):
         `interleave_buffer_mb` they go out anyway, with one warning. A live feed's packets
         go on as they are read (see `_in_time_order`).
         """
+        if self.live:
+            yield from self._demux(c, streams)
+            return
         cfg = self.config
-        # Feeds (live protocols, inputs without a duration: pushed bytes, MPEG-TS streams) are
-        # interleaved by their sender; a stream of theirs may also never send a packet.
-        feed = self.live or self.duration_s is None
+        # Feeds (inputs without a duration: MPEG-TS over HTTP, live HLS) are interleaved by
+        # their sender; a stream of theirs may also never send a packet.
+        feed = self.duration_s is None
         hold_s = self.lookahead_s if feed else max(self.lookahead_s, cfg.interleave_buffer_s)
         max_bytes = cfg.interleave_buffer_mb * 2**20
         # A stream that ended early is waited for no more. Only local files' stream durations
@@ -467,7 +470,7 @@ class MediaSource(Source):
                     if latest.get(i, -math.inf) < t0
                     and (end is None or latest.get(i, -math.inf) < end)
                 ]
-                if behind and not self.live:
+                if behind:
                     span = max(latest.values()) - t0
                     if span <= hold_s and held <= max_bytes:
                         break
