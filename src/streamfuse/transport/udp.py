@@ -112,13 +112,8 @@ class BandwidthEstimator:
 
     def __init__(self) -> None:
         self._samples: deque[float] = deque(maxlen=self.WINDOW)
-
-    @property
-    def bps(self) -> float | None:
-        if not self._samples:
-            return None
-        ordered = sorted(self._samples)
-        return ordered[(len(ordered) - 1) // 2]
+        #: The estimate (None: no sample yet); read for every datagram the pacer sends.
+        self.bps: float | None = None
 
     def sample(self, trailing_bytes: int, received_s: float, sent_s: float = 0.0) -> None:
         """`trailing_bytes` after a message's first datagram arrived `received_s` after it
@@ -126,6 +121,8 @@ class BandwidthEstimator:
         spread_s = max(received_s, sent_s)
         if spread_s > 0:
             self._samples.append(8.0 * trailing_bytes / spread_s)
+            ordered = sorted(self._samples)
+            self.bps = ordered[(len(ordered) - 1) // 2]
 
 
 @dataclass(frozen=True, slots=True)
