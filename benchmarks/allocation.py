@@ -15,11 +15,12 @@ emission), the pooled p95 over all streams, and the ratio load / fixed of the po
 worst stream's p95 (< 1: load-driven is faster); for the load runs, how many model calls got
 each thread count. Also the CPU model, ISA and the cpufreq governor/clock (or 'not exposed').
 
-    python benchmarks/allocation.py [--quick] [--streams 1 2 4] [--repeats 1]
+    python benchmarks/allocation.py [--quick] [--streams 1 2 4] [--repeats 1] [--control]
         [--ocr-max-threads 2] [--asr-max-threads 1]
 
-The last line is one JSON object: per N, `p95_ms` {fixed, load} x {ocr, asr} pooled,
-`per_stream`, `ratio` (load / fixed), plus `cpu`, `cpufreq`, `clip`, `repeats`.
+The last line is one JSON object: per N, `p95_ms` {fixed, load[, control]} x {ocr, asr}
+pooled, `per_stream`, `ratio` (load / fixed), `ratio_control` (control / fixed, with
+`--control`), plus `cpu`, `cpufreq`, `clip`, `repeats`.
 """
 
 from __future__ import annotations
@@ -44,9 +45,11 @@ KINDS = ("ocr", "asr")
 
 
 async def run_once(
-    clip: Path, streams: int, mode: str, ocr_max: int, asr_max: int
+    clip: Path, streams: int, label: str, ocr_max: int, asr_max: int
 ) -> dict[str, Any]:
-    """One live run of `streams` copies of `clip` under allocation `mode`."""
+    """One live run of `streams` copies of `clip` under allocation `label` (`control`: the
+    fixed split, run again)."""
+    mode = "fixed" if label == "control" else label
     from streamfuse.app import StreamfuseConfig, build_pipeline, run_job
     from streamfuse.sinks import CollectSink
 
@@ -72,7 +75,7 @@ async def run_once(
         rebalances = len(job.allocation.history)
     errors = [r.get("message") for r in sink.records if r["type"] == "error"]
     return {
-        "mode": mode,
+        "mode": label,
         "streams": streams,
         "wall_s": round(wall_s, 1),
         "latency_ms": latency,
@@ -86,9 +89,9 @@ def p95(values: list[float]) -> float | None:
     return round(percentiles(values)["p95"], 1) if values else None
 
 
-def summarize(runs: list[dict[str, Any]], streams: int) -> dict[str, Any]:
+def summarize(runs: list[dict[str, Any]], streams: int, modes: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {"p95_ms": {}, "per_stream": {}, "worst_stream_p95_ms": {}, "ratio": {}}
-    for mode in ("fixed", "load"):
+    for mode in modes:
         mine = [r for r in runs if r["mode"] == mode and r["streams"] == streams]
         pooled: dict[str, float | None] = {}
         per: dict[str, dict[str, float | None]] = {}
@@ -105,15 +108,19 @@ def summarize(runs: list[dict[str, Any]], streams: int) -> dict[str, Any]:
         out["p95_ms"][mode] = pooled
         out["per_stream"][mode] = per
         out["worst_stream_p95_ms"][mode] = worst
-    for kind in KINDS:
-        for label, table in (
-            ("pooled", out["p95_ms"]),
-            ("worst_stream", out["worst_stream_p95_ms"]),
-        ):
-            fixed, load = table["fixed"][kind], table["load"][kind]
-            out["ratio"][f"{kind}_{label}"] = (
-                round(load / fixed, 3) if fixed and load is not None else None
-            )
+    for other, key in (("load", "ratio"), ("control", "ratio_control")):
+        if other not in modes:
+            continue
+        ratios = out.setdefault(key, {})
+        for kind in KINDS:
+            for label, table in (
+                ("pooled", out["p95_ms"]),
+                ("worst_stream", out["worst_stream_p95_ms"]),
+            ):
+                fixed, mine = table["fixed"][kind], table[other][kind]
+                ratios[f"{kind}_{label}"] = (
+                    round(mine / fixed, 3) if fixed and mine is not None else None
+                )
     return out
 
 
@@ -123,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--clip", type=Path, default=None)
     ap.add_argument("--streams", type=int, nargs="+", default=[1, 2, 4])
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument(
+        "--control", action="store_true", help="also rerun the fixed split (A/A: the noise)"
+    )
     ap.add_argument("--ocr-max-threads", type=int, default=2, help="load mode's OCR sessions")
     ap.add_argument("--asr-max-threads", type=int, default=1, help="load mode's Whisper models")
     args = ap.parse_args(argv)
@@ -139,10 +149,13 @@ def main(argv: list[str] | None = None) -> int:
         f"1..{args.asr_max_threads}",
         file=sys.stderr,
     )
+    modes = ["fixed", "load", *(["control"] if args.control else [])]
     runs: list[dict[str, Any]] = []
     for n in args.streams:
         for r in range(args.repeats):
-            for mode in ("fixed", "load") if r % 2 == 0 else ("load", "fixed"):
+            # Rotate the order per repeat, so a drift in machine load favours no mode.
+            k = r % len(modes)
+            for mode in modes[k:] + modes[:k]:
                 result = asyncio.run(
                     run_once(clip, n, mode, args.ocr_max_threads, args.asr_max_threads)
                 )
@@ -164,15 +177,24 @@ def main(argv: list[str] | None = None) -> int:
                     file=sys.stderr,
                     flush=True,
                 )
-    summary = {str(n): summarize(runs, n) for n in args.streams}
-    print("\n| streams | kind | fixed p95 ms | load p95 ms | ratio (pooled) | ratio (worst) |")
-    print("|---:|---|---:|---:|---:|---:|")
+    summary = {str(n): summarize(runs, n, modes) for n in args.streams}
+    control = "control" in modes
+    print(
+        "\n| streams | kind | fixed p95 ms | load p95 ms | ratio (pooled) | ratio (worst) |"
+        + (" control p95 ms | A/A ratio (pooled) |" if control else "")
+    )
+    print("|---:|---|---:|---:|---:|---:|" + ("---:|---:|" if control else ""))
     for n in args.streams:
         s = summary[str(n)]
         for kind in KINDS:
             print(
                 f"| {n} | {kind} | {s['p95_ms']['fixed'][kind]} | {s['p95_ms']['load'][kind]} | "
                 f"{s['ratio'][f'{kind}_pooled']} | {s['ratio'][f'{kind}_worst_stream']} |"
+                + (
+                    f" {s['p95_ms']['control'][kind]} | {s['ratio_control'][f'{kind}_pooled']} |"
+                    if control
+                    else ""
+                )
             )
     out = {
         "benchmark": "allocation",
