@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -361,7 +360,9 @@ def test_cli_run_keeps_events_around_a_gap_and_fails_when_the_feed_is_gone(
         wait_udp_listener(port)
         first.release()
         assert reconnecting.wait(120), "".join(lines)
-        time.sleep(3.0)  # the backoff (0.5 s), then the run listens again (for up to 10 s)
+        # A UDP input listens: it reopens at once (no backoff), and waits up to the open
+        # timeout (10 s) for the feed.
+        wait_udp_listener(port, timeout_s=30)
         second.release()
         proc.wait(180)
         reader.join(10)

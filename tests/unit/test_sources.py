@@ -142,6 +142,33 @@ def test_source_config_backoff_doubles_up_to_the_cap() -> None:
     assert StreamfuseConfig(source={"input_options": {"a": "b"}}).source.input_options == {"a": "b"}
 
 
+@pytest.mark.parametrize(
+    ("location", "options", "passive"),
+    [
+        ("udp://127.0.0.1:5000", {}, True),
+        ("rtp://0.0.0.0:5004", {}, True),
+        ("rtsp://0.0.0.0:8554/live", {"rtsp_flags": "listen"}, True),
+        ("tcp://0.0.0.0:9000?listen", {}, True),
+        ("srt://0.0.0.0:9000?mode=listener&listen=1", {}, True),
+        ("rtmp://0.0.0.0/live", {"listen": "1"}, True),
+        ("rtsp://camera.local/live", {}, False),
+        ("tcp://10.0.0.2:9000", {}, False),
+        ("tcp://10.0.0.2:9000?listen=0", {}, False),
+        ("https://example.com/live.m3u8", {}, False),
+    ],
+)
+def test_a_listening_input_reconnects_at_once_and_backs_off_after(
+    location: str, options: dict[str, str], passive: bool
+) -> None:
+    # While a listener is closed, what its sender sends is lost, and there is no server to
+    # spare: the first attempt waits for nothing. A server the input asks waits the backoff.
+    config = SourceConfig(input_options=options, reconnect_backoff_s=2.0)
+    src = MediaSource(location, config=config)
+    assert src.passive is passive
+    assert src.reconnect_wait_s(1) == (0.0 if passive else 2.0)
+    assert src.reconnect_wait_s(2) == 4.0
+
+
 def test_input_options_reach_ffmpeg(short: Path) -> None:
     # `format` is FFmpeg's -f: forcing MPEG-TS on an MP4 file cannot work.
     forced = MediaSource(short, config=SourceConfig(input_options={"format": "mpegts"}))

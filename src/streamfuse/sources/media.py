@@ -236,6 +236,29 @@ class MediaSource(Source):
         frames arrive when decoded, a damaged packet is skipped rather than fatal."""
         return _scheme(self.location) in _LIVE_SCHEMES or self._device() is not None
 
+    @property
+    def passive(self) -> bool:
+        """The input listens rather than asks (UDP and RTP datagrams sent to a local port, an
+        RTSP, TCP, SRT or RTMP listener): reopening it asks no server for anything, and while it
+        is closed what the sender sends is lost, so a reconnection's first attempt is at once."""
+        scheme = _scheme(self.location)
+        if scheme in ("udp", "rtp"):
+            return True
+        options = self.config.input_options
+        query = self.location.partition("?")[2].split("&")
+        return (
+            "listen" in options.get("rtsp_flags", "")
+            or options.get("listen", "0") not in ("", "0")
+            or any(q == "listen" or (q.startswith("listen=") and q != "listen=0") for q in query)
+        )
+
+    def reconnect_wait_s(self, attempt: int) -> float:
+        """Wait before reconnection attempt `attempt` (1-based): the config's backoff, but none
+        before the first attempt for a `passive` input."""
+        if attempt == 1 and self.passive:
+            return 0.0
+        return self.config.backoff_s(attempt)
+
     def _device(self) -> tuple[str, str] | None:
         """(device name, FFmpeg input format) for a capture device input, else None."""
         scheme = _scheme(self.location)
@@ -702,7 +725,7 @@ class MediaSource(Source):
             raise SourceError(f"{what}; not reconnected (source.reconnect_attempts is 0)")
         last = dropped.reason
         for attempt in range(1, cfg.reconnect_attempts + 1):
-            wait_s = cfg.backoff_s(attempt)
+            wait_s = self.reconnect_wait_s(attempt)
             log.warning(
                 "%s; reconnecting in %.1f s (attempt %d of %d)",
                 what,
