@@ -164,6 +164,25 @@ def test_a_lease_never_gets_fewer_threads_than_the_stages_floor() -> None:
         assert k == 2
 
 
+def test_a_lease_takes_no_extra_thread_when_the_others_loads_fill_the_cores() -> None:
+    """Four streams on two cores: no stage is busy enough to reserve a core, but together
+    they want both. A call that finds them all between calls keeps to its own thread."""
+    budget = CoreBudget(cores=2)
+    loads = {}
+    for i in range(4):
+        budget.register(f"ocr:{i}", (1, 2))
+        budget.register(f"asr:{i}", (1,))
+        loads |= {f"ocr:{i}": 0.05, f"asr:{i}": 0.4}
+    budget.set_allocation(allocate(loads, cores=2))
+    assert not budget.allocation.reserving
+    with budget.lease("ocr:0") as n:
+        assert n == 1
+    # The same stages lightly loaded (a core and more unwanted): the call takes two.
+    budget.set_allocation(allocate({s: share / 4 for s, share in loads.items()}, cores=2))
+    with budget.lease("ocr:0") as n:
+        assert n == 2
+
+
 def test_loaded_stages_calling_at_once_fit_in_the_cores() -> None:
     budget = CoreBudget(cores=4)
     for stage in ("a", "b", "c"):
