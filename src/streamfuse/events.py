@@ -279,6 +279,12 @@ class LinkPayload(Payload):
         description="Messages withdrawn before all of them were sent (a refinement part a new "
         "key frame overtook): withdrawn, edge; skipped on the edge's notice, cloud.",
     )
+    ahead: int | None = Field(
+        None,
+        ge=0,
+        description="Messages delivered ahead of an earlier message of another lane still on "
+        "its way (speech not held up by a key frame), cloud.",
+    )
     datagrams: int = Field(0, ge=0, description="Datagrams sent (edge) or received (cloud).")
     bytes: int = Field(0, ge=0, description="Bytes sent or received, headers included.")
     malformed: int = Field(0, ge=0, description="Datagrams dropped: bad CRC, bad header.")

@@ -32,7 +32,7 @@ from streamfuse.transport.udp import (
     UdpReceiver,
     UdpSender,
 )
-from streamfuse.transport.wire import Kind, Modality, Packet, decode, encode
+from streamfuse.transport.wire import Kind, Modality, Packet, decode, encode, fragment
 
 pytestmark = pytest.mark.unit
 
@@ -374,7 +374,8 @@ def test_a_message_withdrawn_while_the_pacer_holds_it_is_skipped_at_once_by_the_
             await asyncio.sleep(0.005)
         withdrawn = tx.abandon(big)
         again = tx.abandon(big)  # nothing left to withdraw
-        small = tx.send(Packet(modality=Modality.AUDIO_OPUS), bytes(300))
+        # (A video message: one of another lane, speech, would not wait for it anyway.)
+        small = tx.send(Packet(modality=Modality.VIDEO_PATCHES), bytes(300))
         await tx.drain(3.0)
         await rx.close()
         await consumer
@@ -400,6 +401,88 @@ def test_a_message_withdrawn_while_the_pacer_holds_it_is_skipped_at_once_by_the_
     # open + probe (4) + what left of the big one (well under 16) + 2 notices + the small one
     assert datagrams < 1 + 4 + 16 + 2 + 1
     assert got[-1] not in (0, 1) and len(got) == 3  # open, probe, the small one
+
+
+def test_each_lane_keeps_its_order_and_does_not_wait_for_another_lanes_message() -> None:
+    """Speech completes while a key frame before it is still arriving: it is delivered at once,
+    in its own order; the key frame's lane and a reliable message (a barrier) wait; a lost
+    message holds its own lane until its deadline, no other."""
+    tx = UdpSender(TransportConfig())
+    video, speech = Packet(modality=Modality.VIDEO_PATCHES), Packet(modality=Modality.AUDIO_OPUS)
+    control = Packet(kind=Kind.CONTROL, modality=Modality.JSON)
+    heads = [
+        tx._next_head(control, reliable=True),  # 0 open
+        tx._next_head(video, reliable=False),  # 1
+        tx._next_head(speech, reliable=False),  # 2
+        tx._next_head(speech, reliable=False),  # 3
+        tx._next_head(video, reliable=False),  # 4
+        tx._next_head(control, reliable=True),  # 5: everything before it first
+        tx._next_head(speech, reliable=False),  # 6 (lost)
+        tx._next_head(speech, reliable=False),  # 7
+        tx._next_head(video, reliable=False),  # 8
+    ]
+    assert [h.follows_back for h in heads] == [0, 1, 2, 1, 3, 0, 1, 1, 3]
+    rx = UdpReceiver(TransportConfig(deadline_s=1.5))
+
+    def feed(seq: int, parts: int = 1, only: int | None = None) -> list[int]:
+        for p in fragment(heads[seq], bytes(200 * parts), 256):
+            if only is None or p.fragment_index == only:
+                rx._on_datagram(encode(p), ("127.0.0.1", 9))
+        got = []
+        while not rx._queue.empty():
+            m = rx._queue.get_nowait()
+            assert m is not None
+            got.append(m.header.sequence)
+        return got
+
+    assert feed(0) == [0]
+    assert feed(1, parts=2, only=0) == []  # half a key frame
+    assert feed(3) == []  # waits for the speech before it
+    assert feed(2) == [2, 3]  # both ahead of the key frame
+    assert feed(4) == []  # behind the first key frame
+    assert feed(5) == []  # the barrier waits for it too
+    assert feed(1, parts=2, only=1) == [1, 4, 5]
+    assert feed(7) == [] and feed(8) == [8]  # 6 is lost: only speech waits for it
+    rx._advance(now_wall() + 1.6)
+    assert feed(6) == [7]  # 6 skipped at its deadline, 7 then delivered; 6 came too late
+    assert rx.stats.ahead == 3 and rx.stats.late_dropped == 1 and rx.stats.late_fragments == 1
+
+
+def test_speech_leaves_the_pacer_ahead_of_a_key_frame_and_is_delivered_before_it() -> None:
+    # 50 kbit/s: a 16-datagram key frame takes ~3 s to cross. Speech sent after it leaves
+    # with the next datagram and is delivered while the frame is still crossing.
+    async def run() -> tuple[list[int], dict[int, float], UdpSender, UdpReceiver, int, int]:
+        config = TransportConfig(deadline_s=5.0)
+        rx = await UdpReceiver.listen("127.0.0.1", 0, config)
+        proxy = FaultProxy(rx.address, FaultConfig(bandwidth_bps=50_000, delay_ms=20))
+        tx = await UdpSender.connect(*await proxy.start(), config)
+        got: list[int] = []
+        arrived: dict[int, float] = {}
+
+        async def consume() -> None:
+            async for m in rx.messages():
+                got.append(m.header.sequence)
+                arrived[m.header.sequence] = now_wall()
+
+        consumer = asyncio.create_task(consume())
+        await tx.send_reliable(Packet(kind=Kind.CONTROL, modality=Modality.JSON), b"{}", 5)
+        await tx.wait_acked(tx.probe(), 3.0)
+        await asyncio.sleep(1.0)
+        frame = tx.send(Packet(modality=Modality.VIDEO_PATCHES), bytes(16 * 1140))
+        await asyncio.sleep(0.3)
+        chunk = tx.send(Packet(modality=Modality.AUDIO_OPUS), bytes(300))
+        await tx.drain(8.0)
+        await rx.close()
+        await consumer
+        await tx.close()
+        await proxy.close()
+        return got, arrived, tx, rx, frame, chunk
+
+    got, arrived, tx, rx, frame, chunk = asyncio.run(run())
+    assert got.index(chunk) < got.index(frame)
+    assert arrived[chunk] - tx.send_wall[chunk] < 0.6
+    assert arrived[frame] - tx.send_wall[frame] > 2.0
+    assert rx.stats.ahead == 1 and rx.stats.late_dropped == 0
 
 
 def test_a_message_delivered_in_time_whose_ack_comes_after_its_deadline_is_not_lost() -> None:

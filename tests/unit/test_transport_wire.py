@@ -42,10 +42,12 @@ def traceparents(draw: st.DrawFn) -> str:
 @st.composite
 def packets(draw: st.DrawFn) -> Packet:
     count = draw(st.integers(1, 2**16 - 1))
+    sequence = draw(u32)
     return Packet(
         kind=draw(st.sampled_from(Kind)),
         stream=draw(u32),
-        sequence=draw(u32),
+        sequence=sequence,
+        follows_back=draw(st.integers(0, min(sequence, 2**16 - 1))),
         media_time_us=draw(st.integers(-(2**63), 2**63 - 1)),
         modality=draw(st.sampled_from(Modality)),
         dtype=draw(st.sampled_from(DType)),
@@ -111,6 +113,8 @@ def test_out_of_range_fields_are_refused_by_the_encoder() -> None:
         encode(Packet(traceparent="not-a-trace"))
     with pytest.raises(WireError, match="quant_scale"):
         encode(Packet(quant_scale=float("nan")))
+    with pytest.raises(WireError, match="follows one 4 before"):
+        encode(Packet(sequence=3, follows_back=4))
 
 
 def test_resealed_packet_with_an_unknown_kind_is_a_wire_error() -> None:
@@ -124,6 +128,12 @@ def test_resealed_packet_with_an_unknown_kind_is_a_wire_error() -> None:
     with pytest.raises(WireError, match="unknown enum"):
         decode(sealed)
     assert len(encode(Packet())) == OVERHEAD
+    # A message said to follow one before the stream began.
+    raw = bytearray(encode(Packet(sequence=3)))
+    raw[16:18] = struct.pack("!H", 4)  # follows back
+    body = bytes(raw[:-4])
+    with pytest.raises(WireError, match="follows one 4 before"):
+        decode(body + struct.pack("!I", google_crc32c.value(body)))
 
 
 def test_small_fuzz_never_crashes() -> None:

@@ -9,7 +9,8 @@ acknowledgement (one that arrived just in time is acknowledged a one-way delay l
 gives the message up as lost.
 
 `UdpSender` (edge) sends messages; `UdpReceiver` (cloud) reassembles them, delivers them in
-sequence order, gives up on a message `deadline_s` after it was first missed (dropped and
+order within each lane (`lane`: speech does not wait for a key frame sent before it; the pacer
+sends it first too), gives up on a message `deadline_s` after it was first missed (dropped and
 counted; its late fragments too), handles duplicates and reordering, and counts and drops any
 malformed datagram: nothing a peer sends raises out of its receive path.
 """
@@ -31,6 +32,7 @@ from streamfuse.transport.config import TransportConfig
 from streamfuse.transport.wire import (
     OVERHEAD,
     Kind,
+    Modality,
     Packet,
     WireError,
     decode,
@@ -40,7 +42,9 @@ from streamfuse.transport.wire import (
 
 log = logging.getLogger(__name__)
 
-#: Packet flag: the sender retransmits until acknowledged; delivered even out of order.
+#: Packet flag: the sender retransmits until acknowledged; a barrier (delivered after every
+#: message before it, and every message after it follows it), delivered even after its slot was
+#: skipped.
 RELIABLE = 0x1
 #: Packet flag: a retransmission (the receiver's loss count looks at first copies only).
 RETRANSMIT = 0x2
@@ -63,6 +67,22 @@ PACING_GAIN = 1.5
 #: Datagrams the pacer may send back to back after the event loop was late (no larger
 #: credit: a stall must not turn into the burst pacing is there to avoid).
 _PACE_BURST = 2
+
+
+def lane(p: Packet) -> int:
+    """The delivery lane of a message (its header): control messages, speech, video patches,
+    ... each keep their own order, and one lane's lost or slow message does not hold up the
+    others (a speech chunk is not kept waiting behind a key frame still crossing a slow link).
+    Lanes are a sender's choice, sent as each message's `follows_back`."""
+    return -1 if p.kind is Kind.CONTROL else int(p.modality)
+
+
+def _priority(p: Packet) -> int:
+    """The pacer's order for first copies: control, then speech (small, and a listener
+    notices its delay), then everything else in the order it was sent."""
+    if p.kind is Kind.CONTROL:
+        return 0
+    return 1 if p.modality is Modality.AUDIO_OPUS else 2
 
 
 class TransportError(StreamfuseError):
@@ -173,6 +193,8 @@ class ReceiverStats:
     foreign: int = 0
     #: Messages the sender withdrew (`Kind.ABANDON`), skipped without waiting for them.
     abandoned: int = 0
+    #: Messages delivered ahead of an earlier one (of another lane) still on its way.
+    ahead: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -196,6 +218,10 @@ class _Out:
     #: behind what left before it) it has passed the bottleneck
     released: dict[int, float] = field(default_factory=dict)
     passed: dict[int, float] = field(default_factory=dict)
+    #: Bytes this end had sent when the first and when the last first copy left: what passed
+    #: the bottleneck between them, other lanes' datagrams included (the packet train).
+    bytes_first: int = 0
+    bytes_last: int = 0
 
 
 class _UdpEnd:
@@ -254,6 +280,9 @@ class _SenderBook:
         #: Sequence -> wall time it was first sent.
         self.send_wall: dict[int, float] = {}
         self._seq = 0
+        #: Lane -> its last message, and the last reliable message (a barrier), or -1.
+        self._lane_last: dict[int, int] = {}
+        self._barrier = -1
         self._acked: set[int] = set()
         self._waiters: dict[int, asyncio.Future[None]] = {}
         self._out = {}
@@ -360,14 +389,22 @@ class _SenderBook:
         return self.send(Packet(), bytes(PROBE_DATAGRAMS * room))
 
     def _next_head(self, template: Packet, *, reliable: bool) -> Packet:
-        """The header of the next message: `template`'s fields, this end's stream and the
-        next sequence number."""
+        """The header of the next message: `template`'s fields, this end's stream, the next
+        sequence number, and the message it follows: the last of its lane, or the last
+        reliable one if that came later (a reliable message follows none: it is a barrier)."""
         seq = self._seq
         self._seq += 1
+        key = lane(template)
+        after = -1 if reliable else max(self._lane_last.get(key, -1), self._barrier)
+        self._lane_last[key] = seq
+        if reliable:
+            self._barrier = seq
+        back = seq - after if after >= 0 and seq - after <= 0xFFFF else 0
         return Packet(
             kind=template.kind,
             stream=self.stream,
             sequence=seq,
+            follows_back=back,
             media_time_us=template.media_time_us,
             modality=template.modality,
             dtype=template.dtype,
@@ -413,9 +450,10 @@ class UdpSender(_UdpEnd, _SenderBook):
         self._loss_lost = 0
         #: When the bottleneck (at the measured bandwidth) has passed every datagram sent.
         self._drained_wall = 0.0
-        #: First copies waiting for the pacer (message, fragment), oldest first; when it may
-        #: send the next datagram, and its timer.
-        self._paced: deque[tuple[_Out, int]] = deque()
+        #: First copies waiting for the pacer (message, fragment), oldest first, one queue
+        #: per `_priority` (control, speech, the rest); when it may send the next datagram,
+        #: and its timer.
+        self._paced: tuple[deque[tuple[_Out, int]], ...] = (deque(), deque(), deque())
         self._pace_wall = 0.0
         self._pace_timer: asyncio.TimerHandle | None = None
 
@@ -452,7 +490,7 @@ class UdpSender(_UdpEnd, _SenderBook):
             last_send_wall=now,
         )
         self._enlist(seq, out, now, reliable)
-        self._paced.extend((out, i) for i in range(len(datagrams)))
+        self._paced[_priority(head)].extend((out, i) for i in range(len(datagrams)))
         self._pump()
         return seq
 
@@ -465,7 +503,8 @@ class UdpSender(_UdpEnd, _SenderBook):
         if self._pace_timer is not None:
             self._pace_timer.cancel()
             self._pace_timer = None
-        self._paced.clear()
+        for queue in self._paced:
+            queue.clear()
         await self._close_socket()
 
     def abandon(self, seq: int) -> bool:
@@ -488,22 +527,27 @@ class UdpSender(_UdpEnd, _SenderBook):
     # -- internals ------------------------------------------------------------------------
     def _pump(self) -> None:
         """Send the first copies whose turn has come (`PACING_GAIN` x the measured bandwidth;
-        all at once while none is measured: the probe), and time the next turn."""
+        all at once while none is measured: the probe), the most urgent queue first, and time
+        the next turn."""
         self._pace_timer = None
-        while self._paced:
-            out, i = self._paced[0]
+        while queue := next((q for q in self._paced if q), None):
+            out, i = queue[0]
             if self._out.get(out.seq) is not out:  # past its deadline: nothing more of it
-                self._paced.popleft()
+                queue.popleft()
                 continue
             now = now_wall()
             if self._pace_wall > now:
                 loop = asyncio.get_running_loop()
                 self._pace_timer = loop.call_later(self._pace_wall - now, self._pump)
                 return
-            self._paced.popleft()
+            queue.popleft()
             out.released[i] = now
             out.last_send_wall = now
             out.passed[i] = self._put(out.datagrams[i])
+            if i == 0:
+                out.bytes_first = self.stats.bytes
+            if len(out.released) == len(out.datagrams):
+                out.bytes_last = self.stats.bytes
 
     def _put(self, datagram: bytes) -> float:
         """Send one datagram now; returns when it will have passed the bottleneck (at the
@@ -611,7 +655,7 @@ class UdpSender(_UdpEnd, _SenderBook):
             # Packet-train dispersion: the datagrams after the first arrived `dispersion` after
             # it, at the bottleneck's pace (0 from the receiver unless every fragment was a
             # first copy; too few bytes: timer noise dominates), and left us over `sent`.
-            trailing = sum(len(d) for d in out.datagrams[1:])
+            trailing = out.bytes_last - out.bytes_first
             if trailing >= self.config.mtu_bytes // 2 and dispersion_us > 0:
                 sent_s = max(out.released.values(), default=first) - first
                 self.bandwidth.sample(trailing, dispersion_us / 1e6, sent_s)
@@ -697,12 +741,16 @@ class UdpReceiver(_UdpEnd):
         self.stats = ReceiverStats()
         self.peer: Any = None
         self._incomplete: dict[int, _In] = {}
+        #: Complete messages waiting for the one they follow.
         self._done: dict[int, Message] = {}
         self._known_since: dict[int, float] = {}  # missing sequence -> when first missed
+        #: Every message before `_next` is delivered or skipped; `_settled` holds those after
+        #: it that are (another lane's messages may go ahead of a message still incomplete).
         self._next = 0
+        self._settled: set[int] = set()
         self._highest = -1
-        self._given_up: set[int] = set()  # skipped as too late (the newest few thousand)
-        self._abandoned: set[int] = set()  # withdrawn by the sender, not yet skipped
+        #: Skipped as too late or withdrawn by the sender (the newest few thousand).
+        self._given_up: set[int] = set()
         self._queue: asyncio.Queue[Message | None] = asyncio.Queue()
         self._repair_s = 0.05  # NACK -> repair time, measured
         #: Gap between consecutive first copies of one message's fragments (EWMA): on a slow
@@ -727,7 +775,7 @@ class UdpReceiver(_UdpEnd):
         return str(host), int(port)
 
     async def messages(self) -> AsyncIterator[Message]:
-        """Messages in sequence order (late ones skipped) until `close`."""
+        """Messages in order within each lane (late ones skipped) until `close`."""
         while True:
             m = await self._queue.get()
             if m is None:
@@ -783,10 +831,7 @@ class UdpReceiver(_UdpEnd):
         if seq in self._done:
             self.stats.duplicates += 1
             return
-        if seq in self._abandoned:
-            self.stats.late_fragments += 1
-            return
-        if seq < self._next:
+        if self._settled_already(seq):
             if seq not in self._given_up:
                 self.stats.duplicates += 1
                 self._ack(p, 0, 0, 0.0)  # our first ACK may have been lost
@@ -831,7 +876,7 @@ class UdpReceiver(_UdpEnd):
             dispersion = now - msg.first_arrival_wall if msg.originals == msg.count else 0.0
             self._ack(msg.header, msg.originals, len(payload), dispersion)
             m = Message(msg.header, payload, msg.first_seen_wall, now)
-            if seq < self._next:  # a reliable message that arrived after being given up
+            if self._settled_already(seq):  # a reliable message that came after its skip
                 self._given_up.discard(seq)
                 self._deliver(m)
             else:
@@ -839,45 +884,73 @@ class UdpReceiver(_UdpEnd):
                 self._advance(now)
 
     def _abandon(self, seq: int, now: float) -> None:
-        """The sender withdrew message `seq`: skip it as soon as it is next, not at its
-        deadline (what arrived of it is dropped; a second notice changes nothing)."""
-        if seq < self._next or seq in self._done or seq in self._abandoned:
+        """The sender withdrew message `seq`: skip it at once, not at its deadline (what
+        arrived of it is dropped, its stragglers are late; a second notice changes nothing)."""
+        if self._settled_already(seq) or seq in self._done:
             return
-        self._abandoned.add(seq)
         self.stats.abandoned += 1
         self._incomplete.pop(seq, None)
-        self._known_since.pop(seq, None)
         for missing in range(self._highest + 1, seq):
             self._known_since.setdefault(missing, now)
         self._highest = max(self._highest, seq)
+        self._skip(seq)
         self._advance(now)
 
     def _deliver(self, m: Message) -> None:
         self.stats.delivered += 1
         self._queue.put_nowait(m)
 
-    def _advance(self, now: float) -> None:
-        while True:
-            if self._next in self._done:
-                self._deliver(self._done.pop(self._next))
-            elif self._next in self._abandoned:
-                self._abandoned.discard(self._next)
-                self._given_up.add(self._next)  # its stragglers are late
-            else:
-                since = self._known_since.get(self._next)
-                inc = self._incomplete.get(self._next)
-                if inc is not None:
-                    since = inc.first_seen_wall
-                if since is None or now - since < self.config.deadline_s:
-                    return
-                # Too late to be useful: skip it; its stragglers are counted as late.
-                self.stats.late_dropped += 1
-                self._incomplete.pop(self._next, None)
-                self._known_since.pop(self._next, None)
-                self._given_up.add(self._next)
+    def _settled_already(self, seq: int) -> bool:
+        """Whether message `seq` was delivered or skipped."""
+        return seq < self._next or seq in self._settled
+
+    def _settle(self, seq: int) -> None:
+        self._settled.add(seq)
+        self._known_since.pop(seq, None)
+        while self._next in self._settled:
+            self._settled.discard(self._next)
             self._next += 1
-            if len(self._given_up) > 4096:
-                self._given_up = {s for s in self._given_up if s >= self._next - 2048}
+        if len(self._given_up) > 4096:
+            self._given_up = {s for s in self._given_up if s >= self._next - 2048}
+
+    def _skip(self, seq: int) -> None:
+        """Give message `seq` up: the messages that follow it need not wait for it."""
+        self._given_up.add(seq)  # its stragglers are late
+        self._settle(seq)
+
+    def _ready(self, header: Packet) -> bool:
+        """Whether a complete message may be delivered: a reliable one once everything
+        before it is settled, any other once the message it follows is."""
+        if header.flags & RELIABLE:
+            return header.sequence == self._next
+        back = header.follows_back
+        return back == 0 or self._settled_already(header.sequence - back)
+
+    def _advance(self, now: float) -> None:
+        # Skip what is too late to be useful, whatever its lane (its stragglers count as late).
+        for seq in range(self._next, self._highest + 1):
+            if seq in self._done or seq in self._settled:
+                continue
+            inc = self._incomplete.get(seq)
+            since = inc.first_seen_wall if inc is not None else self._known_since.get(seq)
+            if since is not None and now - since >= self.config.deadline_s:
+                self.stats.late_dropped += 1
+                self._incomplete.pop(seq, None)
+                self._skip(seq)
+        # Deliver each complete message whose predecessor is settled, oldest first, until
+        # none is left that may go.
+        delivered = True
+        while delivered and self._done:
+            delivered = False
+            for seq in sorted(self._done):
+                m = self._done[seq]
+                if self._ready(m.header):
+                    del self._done[seq]
+                    if seq != self._next:
+                        self.stats.ahead += 1
+                    self._deliver(m)
+                    self._settle(seq)
+                    delivered = True
 
     async def _tick_loop(self) -> None:
         while True:
@@ -886,7 +959,7 @@ class UdpReceiver(_UdpEnd):
             self._advance(now)
             interval = max(2 * self.config.nack_delay_s, 1.5 * self._repair_s)
             for seq in range(self._next, self._highest + 1):
-                if seq in self._done or seq in self._abandoned:
+                if seq in self._done or seq in self._settled:
                     continue
                 msg = self._incomplete.get(seq)
                 since = msg.last_arrival_wall if msg else self._known_since.get(seq, now)

@@ -1,4 +1,4 @@
-"""The streamfuse wire format, version 2 (docs/wire-format.md): one packet per UDP datagram.
+"""The streamfuse wire format, version 3 (docs/wire-format.md): one packet per UDP datagram.
 
 `encode(Packet) -> bytes` and `decode(bytes) -> Packet` are exact inverses; `decode` either
 returns a packet whose CRC32C (over header and payload) matched, or raises `WireError` naming
@@ -17,16 +17,16 @@ import google_crc32c
 from streamfuse.errors import StreamfuseError
 
 MAGIC = b"SF"
-VERSION = 2
+VERSION = 3
 MAX_NDIM = 8
 #: The largest payload one packet may carry (a UDP datagram holds at most 65507 bytes).
 MAX_PAYLOAD = 65_000
 _TRACEPARENT = re.compile(rb"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}\Z")
 
-# magic, version, kind, modality, dtype, flags, stream, sequence, media_time_us,
-# fragment index, fragment count, quant scale, keep ratio (1e-4), mask bits, sample rate,
-# ndim, traceparent length, payload length.
-_FIXED = struct.Struct("!2sBBBBHIIqHHfHIIBBI")
+# magic, version, kind, modality, dtype, flags, stream, sequence, follows back,
+# media_time_us, fragment index, fragment count, quant scale, keep ratio (1e-4), mask bits,
+# sample rate, ndim, traceparent length, payload length.
+_FIXED = struct.Struct("!2sBBBBHIIHqHHfHIIBBI")
 _CRC = struct.Struct("!I")
 _F32_MAX = 3.4028234663852886e38
 #: Bytes of a packet around its payload with no shape and no trace context.
@@ -77,6 +77,9 @@ class Packet:
     kind: Kind = Kind.DATA
     stream: int = 0
     sequence: int = 0
+    #: Deliver this message after message `sequence - follows_back`, the one before it in its
+    #: lane (0: after nothing in particular); see `streamfuse.transport.udp`.
+    follows_back: int = 0
     media_time_us: int = 0
     modality: Modality = Modality.NONE
     dtype: DType = DType.NONE
@@ -105,6 +108,7 @@ def encode(p: Packet) -> bytes:
     for name, value, bits in (
         ("stream", p.stream, 32),
         ("sequence", p.sequence, 32),
+        ("follows_back", p.follows_back, 16),
         ("mask_bits", p.mask_bits, 32),
         ("sample_rate", p.sample_rate, 32),
         ("fragment_index", p.fragment_index, 16),
@@ -113,6 +117,8 @@ def encode(p: Packet) -> bytes:
     ):
         _check(name, value, bits)
     _check("media_time_us", p.media_time_us, 64, signed=True)
+    if p.follows_back > p.sequence:
+        raise WireError(f"message {p.sequence} follows one {p.follows_back} before it")
     if p.fragment_count < 1 or p.fragment_index >= p.fragment_count:
         raise WireError(f"fragment {p.fragment_index} of {p.fragment_count} is impossible")
     if len(p.shape) > MAX_NDIM:
@@ -137,6 +143,7 @@ def encode(p: Packet) -> bytes:
         p.flags,
         p.stream,
         p.sequence,
+        p.follows_back,
         p.media_time_us,
         p.fragment_index,
         p.fragment_count,
@@ -169,6 +176,7 @@ def decode(data: bytes) -> Packet:
         flags,
         stream,
         sequence,
+        follows_back,
         media_time_us,
         frag_i,
         frag_n,
@@ -195,6 +203,8 @@ def decode(data: bytes) -> Packet:
         raise WireError(f"unknown enum value: {e}") from e
     if frag_n < 1 or frag_i >= frag_n:
         raise WireError(f"fragment {frag_i} of {frag_n} is impossible")
+    if follows_back > sequence:
+        raise WireError(f"message {sequence} follows one {follows_back} before it")
     if not abs(scale) <= _F32_MAX:
         raise WireError(f"quant scale {scale} is not finite")
     if keep > 10_000:
@@ -210,6 +220,7 @@ def decode(data: bytes) -> Packet:
         kind=kind_,
         stream=stream,
         sequence=sequence,
+        follows_back=follows_back,
         media_time_us=media_time_us,
         modality=modality_,
         dtype=dtype_,
