@@ -422,6 +422,9 @@ def test_each_lane_keeps_its_order_and_does_not_wait_for_another_lanes_message()
         tx._next_head(video, reliable=False),  # 8
     ]
     assert [h.follows_back for h in heads] == [0, 1, 2, 1, 3, 0, 1, 1, 3]
+    one = UdpSender(TransportConfig(lanes=False))  # one order for everything, as before
+    kinds = [(control, True), (video, False), (speech, False), (control, True), (speech, False)]
+    assert [one._next_head(p, reliable=r).follows_back for p, r in kinds] == [0, 1, 1, 0, 1]
     rx = UdpReceiver(TransportConfig(deadline_s=1.5))
 
     def feed(seq: int, parts: int = 1, only: int | None = None) -> list[int]:

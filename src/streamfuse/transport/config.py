@@ -134,6 +134,13 @@ class TransportConfig(BaseModel):
         "article: RTT > 200 ms or loss > 5% -> keep 30% else 70%; fixed: `fixed_keep`.",
     )
     fixed_keep: float = Field(0.7, gt=0.0, le=1.0, description="Keep ratio of `fixed`.")
+    lanes: bool = Field(
+        True,
+        description="Deliver in order per lane (control, speech, video) instead of per "
+        "stream, and pace speech ahead of video: speech does not wait behind a key frame or a "
+        "refinement part still crossing the link (docs/wire-format.md, lanes). False: one "
+        "order for everything, as before (the benchmark's baseline).",
+    )
     refine: bool = Field(
         True,
         description="After a key frame the deadline policy sent coarser, send the same frame "

@@ -394,7 +394,7 @@ class _SenderBook:
         reliable one if that came later (a reliable message follows none: it is a barrier)."""
         seq = self._seq
         self._seq += 1
-        key = lane(template)
+        key = lane(template) if self.config.lanes else 0
         after = -1 if reliable else max(self._lane_last.get(key, -1), self._barrier)
         self._lane_last[key] = seq
         if reliable:
@@ -490,7 +490,8 @@ class UdpSender(_UdpEnd, _SenderBook):
             last_send_wall=now,
         )
         self._enlist(seq, out, now, reliable)
-        self._paced[_priority(head)].extend((out, i) for i in range(len(datagrams)))
+        queue = self._paced[_priority(head) if self.config.lanes else -1]
+        queue.extend((out, i) for i in range(len(datagrams)))
         self._pump()
         return seq
 
