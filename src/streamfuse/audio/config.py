@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from streamfuse.qos.effort import EffortControllerConfig
+
 
 class AsrConfig(BaseModel):
     """VAD and streaming-ASR settings. Defaults target real time on a 2-core CPU."""
@@ -37,6 +39,17 @@ class AsrConfig(BaseModel):
         le=10,
         description="Beam width of full-window passes (at pauses, where words are committed); "
         "fast updates inside speech keep `beam_size`. The larger of the two is used.",
+    )
+    effort: Literal["auto", 0, 1, 2] = Field(
+        0,
+        description="Effort of the full-window passes (at pauses and utterance ends; fast "
+        "updates are unchanged): 0 as configured, 1 beam search (5), 2 Whisper base at beam 5; "
+        "'auto' moves between them with the measured headroom (`effort_control`). 0 by "
+        "default: no rung beat 0 on both speech-set splits and the bundled clip (docs/asr.md).",
+    )
+    effort_control: EffortControllerConfig = Field(
+        default_factory=EffortControllerConfig,
+        description="Water marks and hysteresis of `effort='auto'` (`qos.effort`).",
     )
     calibrate: bool = Field(
         True,
