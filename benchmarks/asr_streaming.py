@@ -475,6 +475,9 @@ def _agg(rows: list[dict[str, Any]]) -> dict[str, Any]:
         out[latency + "_p95_s"] = round(q["p95"], 3)
     out["words"] = sum(len(r["latencies"]) for r in rows)
     out["revisions"] = sum(r["revisions"] for r in rows)
+    passes = [r["effort_passes"] for r in rows if "effort_passes" in r]
+    if passes:  # full-window passes per effort rung, summed over the group's clips
+        out["effort_passes"] = [sum(p[i] for p in passes) for i in range(len(passes[0]))]
     return out
 
 
@@ -569,6 +572,9 @@ def main(argv: list[str] | None = None) -> int:
                    "ref_words": clip.n_ref_words, "latencies": res.latencies_s,
                    "latencies_first": res.latencies_first_s,
                    "revisions": res.revisions}  # fmt: skip
+            effort = getattr(stage, "effort", None)
+            if effort is not None:  # full-window passes per effort rung (`effort`, docs/asr.md)
+                row["effort_passes"] = list(effort.passes)
             rows[(clip.group, system)].append(row)
             if clip.slides in ("match", "offslide"):  # the priming figures: per kind of slides
                 rows[(f"{clip.group}:{clip.slides}", system)].append(row)
@@ -579,7 +585,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{rows[(clip.group, system)][-1]['wer_first']:6.1%}, {res.revisions} revisions)"
                 f"  word latency p50 {q['p50']:.2f} s p95 {q['p95']:.2f} s (final p95 "
                 f"{qf['p95']:.2f} s)  inference "
-                f"{getattr(stage, 'inference_s', 0.0):.1f} s  | {res.text[:110]}"
+                f"{getattr(stage, 'inference_s', 0.0):.1f} s"
+                + (f"  effort passes {effort.passes}" if effort is not None else "")
+                + f"  | {res.text[:110]}"
             )
             if args.show_text:
                 print(f"    {res.text}")

@@ -43,9 +43,18 @@ class AsrConfig(BaseModel):
     effort: Literal["auto", 0, 1, 2] = Field(
         0,
         description="Effort of the full-window passes (at pauses and utterance ends; fast "
-        "updates are unchanged): 0 as configured, 1 beam search (5), 2 Whisper base at beam 5; "
+        "updates are unchanged): 0 as configured, 1 beam search (`effort_beam`), 2 the accurate "
+        "model (`effort_model`, Whisper base) at that beam; "
         "'auto' moves between them with the measured headroom (`effort_control`). 0 by "
         "default: no rung beat 0 on both speech-set splits and the bundled clip (docs/asr.md).",
+    )
+    effort_beam: int = Field(
+        5, ge=1, le=10, description="Beam width of the full-window passes at effort rungs 1-2."
+    )
+    effort_model: str = Field(
+        "base",
+        description="The accurate model of effort rung 2's full-window passes (a name "
+        "`resolve_whisper_model` knows, or a CTranslate2 Whisper folder).",
     )
     effort_control: EffortControllerConfig = Field(
         default_factory=EffortControllerConfig,

@@ -2,8 +2,8 @@
 
 Fast updates inside speech always run the stream's model as configured. The full-window passes
 (at pauses and utterance ends: they commit an utterance's rest and revise) run at the current
-rung: 0 as configured (tiny.en, greedy), 1 with beam search (`EFFORT_BEAM`), 2 with the accurate
-model (`EFFORT_MODEL`, Whisper base) at that beam. `AsrConfig.effort` forces a rung or, `"auto"`,
+rung: 0 as configured (tiny.en, greedy), 1 with beam search (`effort_beam`), 2 with the accurate
+model (`effort_model`, Whisper base) at that beam. `AsrConfig.effort` forces a rung or, `"auto"`,
 lets `qos.effort.EffortController` choose it from the recognizer's busy share per second of
 audio, the stream's commit latency (live only) and machine CPU load, once per `period_s` of
 media time. `EffortTranscriber` wraps the stage's transcriber; the stage tells it how far the
@@ -28,20 +28,16 @@ from streamfuse.telemetry.metrics import instruments
 
 log = logging.getLogger(__name__)
 
-#: Beam width of the full-window passes from rung 1 up.
-EFFORT_BEAM = 5
-#: The accurate model of rung 2's full-window passes.
-EFFORT_MODEL = "base"
-RUNG_NAMES = ("tiny greedy", f"full passes beam {EFFORT_BEAM}", f"full passes {EFFORT_MODEL}")
+RUNG_NAMES = ("as configured", "full passes at effort_beam", "full passes on effort_model")
 _LATENCY_ALPHA = 0.3  # weight of the newest commit latency in its running mean
 
 
 def effort_transcribers(base: WhisperTranscriber) -> list[Transcriber]:
     """The full-window transcriber of each rung around the stream's own Whisper model: itself,
-    itself at beam `EFFORT_BEAM` (the loaded model shared), and `EFFORT_MODEL` at that beam."""
+    itself at beam `effort_beam` (the loaded model shared), and `effort_model` at that beam."""
     cfg = base.config
-    beam = max(cfg.full_beam_size, EFFORT_BEAM)
-    accurate = cfg.model_copy(update={"model": EFFORT_MODEL, "full_beam_size": beam})
+    beam = max(cfg.full_beam_size, cfg.effort_beam)
+    accurate = cfg.model_copy(update={"model": cfg.effort_model, "full_beam_size": beam})
     return [base, base.variant(full_beam_size=beam), WhisperTranscriber(accurate)]
 
 
@@ -165,4 +161,4 @@ class EffortTranscriber(Transcriber):
             self._first_t = t_media
 
 
-__all__ = ["EFFORT_BEAM", "EFFORT_MODEL", "RUNG_NAMES", "EffortTranscriber", "effort_transcribers"]
+__all__ = ["RUNG_NAMES", "EffortTranscriber", "effort_transcribers"]
