@@ -56,6 +56,16 @@ class AsrConfig(BaseModel):
         description="The accurate model of effort rung 2's full-window passes (a name "
         "`resolve_whisper_model` knows, or a CTranslate2 Whisper folder).",
     )
+    effort_model_shift_s: float = Field(
+        0.18,
+        ge=-1.0,
+        le=1.0,
+        description="Added to the word times of `effort_model`'s passes, so they keep the "
+        "clock of the stream's model, whose committed words they are matched against by time: "
+        "base places words 0.18 s earlier than tiny.en (median over 180 words both read on the "
+        "bundled clip and the speech set's dev split). Unshifted, a word base heard centred "
+        "inside a committed tiny.en word was taken as already committed and lost.",
+    )
     effort_control: EffortControllerConfig = Field(
         default_factory=EffortControllerConfig,
         description="Water marks and hysteresis of `effort='auto'` (`qos.effort`).",

@@ -22,6 +22,7 @@ import numpy as np
 from streamfuse.audio.config import AsrConfig
 from streamfuse.audio.policy import Word
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
+from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ
 from streamfuse.qos.effort import AsrFeedback, EffortController
 from streamfuse.qos.feedback import SystemProbe
 from streamfuse.telemetry.metrics import instruments
@@ -101,9 +102,18 @@ class EffortTranscriber(Transcriber):
             instruments().asr_effort.record(self.rung, {"stage": self.stage})
         started = self._clock()
         try:
-            return target.transcribe(audio, prompt, fast=fast, hotwords=hotwords)
+            words = target.transcribe(audio, prompt, fast=fast, hotwords=hotwords)
         finally:
             self._busy_s += self._clock() - started
+        shift = self.config.effort_model_shift_s
+        if fast or self.rung < 2 or shift == 0.0:
+            return words
+        # The accurate model's word times, on the clock of the stream's own model.
+        end = len(audio) / AUDIO_SAMPLE_RATE_HZ
+        return [
+            Word(w.word, min(max(0.0, w.t_start + shift), end), min(w.t_end + shift, end), w.p)
+            for w in words
+        ]
 
     # -- feedback -------------------------------------------------------------------------------
     def record_latency(self, latency_s: float) -> None:
