@@ -291,7 +291,8 @@ class VadSegmentedStage(_BufferStage):
 
 # -- running a system -----------------------------------------------------------------------
 def make_stage(system: str, clip: Clip, config: AsrConfig, transcriber: Transcriber,
-               ocr_delay_s: float, other: Clip | None = None) -> Stage:  # fmt: skip
+               ocr_delay_s: float, other: Clip | None = None,
+               live: bool = True) -> Stage:  # fmt: skip
     if system == "la2":
         return LocalAgreementStage(transcriber)
     if system == "vad":
@@ -306,7 +307,8 @@ def make_stage(system: str, clip: Clip, config: AsrConfig, transcriber: Transcri
             terms.add(slide["lines"], slide["t_start"] + ocr_delay_s)
         if config.prime_max_terms == 0:
             config = config.model_copy(update={"prime_max_terms": 20})
-    return AsrStage(config, transcriber=transcriber, screen_terms=terms, name=system)
+    # Simulated clock: not live (no queue to coalesce; `effort="auto"` counts CPU time).
+    return AsrStage(config, transcriber=transcriber, screen_terms=terms, live=live, name=system)
 
 
 def _is_speech(frame: Frame) -> bool:
@@ -565,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
             if system == "ours-primed-other" and _other_slides(clip, clips) is None:
                 continue  # not a synthetic clip, or no other clip's slides to show
             stage = make_stage(system, clip, config, transcriber, args.ocr_delay_s,
-                               _other_slides(clip, clips))  # fmt: skip
+                               _other_slides(clip, clips), live=args.realtime)  # fmt: skip
             res: Result = asyncio.run(runner(stage, clip))
             score = wer(clip.ref, res.text)
             row = {"wer": score, "wer_first": wer(clip.ref, res.text_first),

@@ -135,14 +135,19 @@ class AsrStage(Stage):
         await self.run_blocking(self._transcriber.load)
 
     def _effort_ladder(self, whisper: WhisperTranscriber) -> EffortTranscriber:
-        """The effort ladder around the stream's Whisper model (`effort`, docs/asr.md)."""
+        """The effort ladder around the stream's Whisper model (`effort`, docs/asr.md). Live, its
+        busy share is wall time and machine CPU load counts; offline (not paced: the run keeps a
+        core busy by design) only the process CPU time the recognizer takes counts."""
         probe = None
-        if self.config.effort == "auto":
+        if self.config.effort == "auto" and self.live:
             from streamfuse.qos.signals import SharedCpuProbe
 
             probe = SharedCpuProbe()
+        clock = time.perf_counter if self.live else time.process_time
         full = effort_transcribers(whisper)
-        return EffortTranscriber(whisper, full, self.config, probe=probe, stage=self.name)
+        return EffortTranscriber(
+            whisper, full, self.config, probe=probe, stage=self.name, clock=clock
+        )
 
     @property
     def effort(self) -> EffortTranscriber | None:
