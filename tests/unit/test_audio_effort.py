@@ -74,7 +74,7 @@ def test_a_forced_rung_routes_full_passes_and_never_moves() -> None:
 
 
 def test_auto_climbs_with_headroom_and_steps_down_under_load() -> None:
-    ladder, _ = _ladder("auto", cost_s=0.05)  # busy share 0.1: room for every rung
+    ladder, _ = _ladder("auto", cost_s=0.05, rungs=(0, 1, 2))  # busy 0.1: room for every rung
     _speak(ladder, 12.0)
     assert ladder.rung == 2
     assert [rung for _, rung, _ in ladder.history] == [0, 1, 2]
@@ -88,7 +88,7 @@ def test_auto_climbs_with_headroom_and_steps_down_under_load() -> None:
 
 
 def test_busy_share_is_recognizer_seconds_per_media_second() -> None:
-    ladder, _ = _ladder("auto", cost_s=0.25, window_s=4.0, top_rung=0)
+    ladder, _ = _ladder("auto", cost_s=0.25, window_s=4.0, rungs=(0,))
     assert ladder.busy_share(0.0) is None
     _speak(ladder, 8.0)
     assert ladder.busy_share(8.0) == pytest.approx(0.5)

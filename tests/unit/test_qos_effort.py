@@ -22,20 +22,28 @@ def _run(controller: EffortController, feedback: list[AsrFeedback], rung: int = 
 
 
 def test_sustained_headroom_steps_up_one_rung_at_a_time() -> None:
-    c = EffortController(EffortControllerConfig(up_after=3))
+    c = EffortController(EffortControllerConfig(rungs=(0, 1, 2), up_after=3))
     assert c.initial().rung == 0
     # Three snapshots of headroom per step; never past the top.
     assert _run(c, [IDLE] * 9) == [0, 0, 1, 1, 1, 2, 2, 2, 2]
     assert c.decide(IDLE, 2).reason == "hold: top"
 
 
+def test_the_default_rungs_skip_rung_1() -> None:
+    c = EffortController(EffortControllerConfig(up_after=1))
+    assert _run(c, [IDLE] * 2) == [2, 2]
+    assert _run(c, [AsrFeedback(busy_share=0.9)] * 2, rung=2) == [0, 0]
+    # A rung that is not one of `rungs` counts as the nearest one below it.
+    assert c.decide(AsrFeedback(busy_share=0.9), 1).reason == "hold: bottom"
+
+
 def test_headroom_is_judged_at_the_next_rungs_cost() -> None:
-    config = EffortControllerConfig(cost=(1.0, 1.2, 2.0), busy_low=0.5, up_after=1)
+    config = EffortControllerConfig(rungs=(0, 1, 2), cost=(1.0, 1.2, 2.0), busy_low=0.5, up_after=1)
     c = EffortController(config)
     fb = AsrFeedback(busy_share=0.3)
     assert c.decide(fb, 0).rung == 1  # 0.3 x 1.2 = 0.36 fits
     decision = c.decide(fb, 1)  # 0.3 x 2.0 / 1.2 = 0.5 does not
-    assert (decision.rung, decision.reason) == (1, "hold: between water marks")
+    assert (decision.rung, decision.reason) == (1, "hold: predicted busy 0.50")
 
 
 @pytest.mark.parametrize(
@@ -47,7 +55,7 @@ def test_headroom_is_judged_at_the_next_rungs_cost() -> None:
     ],
 )
 def test_load_steps_down_at_once(load: AsrFeedback) -> None:
-    c = EffortController()
+    c = EffortController(EffortControllerConfig(rungs=(0, 1, 2)))
     decision = c.decide(load, 2)
     assert decision.rung == 1 and decision.reason.startswith("down:")
     assert c.decide(load, 1).rung == 0
@@ -55,7 +63,7 @@ def test_load_steps_down_at_once(load: AsrFeedback) -> None:
 
 
 def test_between_the_water_marks_it_holds_and_headroom_must_be_consecutive() -> None:
-    c = EffortController(EffortControllerConfig(up_after=2))
+    c = EffortController(EffortControllerConfig(rungs=(0, 1, 2), up_after=2))
     between = AsrFeedback(busy_share=0.6)  # below busy_high 0.7, predicted above busy_low 0.5
     assert _run(c, [between] * 5, rung=1) == [1] * 5
     # One snapshot of headroom, then one between: the count restarts.
@@ -66,24 +74,26 @@ def test_between_the_water_marks_it_holds_and_headroom_must_be_consecutive() -> 
 
 
 def test_a_busy_machine_never_lets_it_climb_and_down_after_delays_the_step() -> None:
-    c = EffortController(EffortControllerConfig(down_after=2, up_after=1))
+    c = EffortController(EffortControllerConfig(rungs=(0, 1, 2), down_after=2, up_after=1))
     busy = AsrFeedback(busy_share=0.1, cpu_util=0.97)
     assert _run(c, [busy] * 4, rung=2) == [2, 1, 1, 0]
     assert _run(c, [busy] * 3, rung=0) == [0, 0, 0]
 
 
 def test_unmeasured_feedback_calls_for_no_change() -> None:
-    c = EffortController(EffortControllerConfig(up_after=1))
+    c = EffortController(EffortControllerConfig(rungs=(0, 1, 2), up_after=1))
     assert _run(c, [AsrFeedback()] * 3, rung=1) == [1, 1, 1]
 
 
-def test_top_rung_caps_the_climb_and_config_is_checked() -> None:
-    c = EffortController(EffortControllerConfig(top_rung=1, up_after=1))
+def test_the_highest_of_rungs_caps_the_climb_and_config_is_checked() -> None:
+    c = EffortController(EffortControllerConfig(rungs=(0, 1), up_after=1))
     assert _run(c, [IDLE] * 3) == [1, 1, 1]
     with pytest.raises(ValidationError, match="busy_low"):
         EffortControllerConfig(busy_low=0.8, busy_high=0.7)
     with pytest.raises(ValidationError, match="start_rung"):
-        EffortControllerConfig(top_rung=0, start_rung=1)
+        EffortControllerConfig(rungs=(0, 2), start_rung=1)
+    with pytest.raises(ValidationError, match="rungs"):
+        EffortControllerConfig(rungs=(2, 0))
     with pytest.raises(ValidationError, match="cost"):
         EffortControllerConfig(cost=(1.0, 0.9, 2.0))
     with pytest.raises(ConfigError, match="cpu_util"):

@@ -80,8 +80,8 @@ class EffortTranscriber(Transcriber):
     # -- Transcriber ----------------------------------------------------------------------------
     def load(self) -> None:
         self.fast.load()
-        top = self.config.effort_control.top_rung if self.auto else self.rung
-        for rung in range(top + 1):
+        rungs = self.config.effort_control.rungs if self.auto else (self.rung,)
+        for rung in rungs:
             # The accurate model is loaded up front: loading it mid-stream would stall commits.
             self.full[rung].load()
 
@@ -154,6 +154,7 @@ class EffortTranscriber(Transcriber):
             cpu_util=self.probe.cpu() if self.probe is not None else None,
         )
         decision = self.controller.decide(feedback, self.rung)
+        log.debug("%s: effort at %.1f s: %s -> %s", self.stage, t_media, feedback, decision)
         if decision.rung != self.rung:
             log.info(
                 "%s: effort rung %d -> %d (%s) at %.1f s: %s",

@@ -11,6 +11,7 @@ water marks it holds. Pure: numbers in, a rung out (the audio path applies it).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -22,13 +23,19 @@ class EffortControllerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    top_rung: int = Field(2, ge=0, le=2, description="Highest rung the controller may choose.")
-    start_rung: int = Field(0, ge=0, le=2, description="Rung a stream starts at.")
+    rungs: tuple[Annotated[int, Field(ge=0, le=2)], ...] = Field(
+        (0, 2),
+        min_length=1,
+        description="The rungs the controller moves over, cheapest first (it steps to the "
+        "next or previous of these). Rung 1 (beam 5 on tiny.en's full passes) is left out by "
+        "default: it cost more and was less accurate than rung 0 on both splits (docs/asr.md).",
+    )
+    start_rung: int = Field(0, ge=0, le=2, description="Rung a stream starts at (in `rungs`).")
     cost: tuple[float, float, float] = Field(
-        (1.0, 1.2, 1.6),
-        description="Recognizer work of each rung relative to rung 0 (measured on the speech "
-        "set's dev split, docs/asr.md): the busy share predicted one rung up is the busy share "
-        "now times the ratio of the two.",
+        (1.0, 1.05, 1.8),
+        description="Recognizer work of rungs 0, 1, 2 relative to rung 0 (measured on the "
+        "speech set and the bundled clip, docs/asr.md): the busy share predicted at the next "
+        "rung is the busy share now times the ratio of the two.",
     )
     busy_high: float = Field(
         0.7,
@@ -84,8 +91,10 @@ class EffortControllerConfig(BaseModel):
             raise ValueError(
                 f"low_water ({self.low_water}) must be below high_water ({self.high_water})"
             )
-        if self.start_rung > self.top_rung:
-            raise ValueError(f"start_rung {self.start_rung} is above top_rung {self.top_rung}")
+        if list(self.rungs) != sorted(set(self.rungs)):
+            raise ValueError(f"rungs must increase, got {self.rungs}")
+        if self.start_rung not in self.rungs:
+            raise ValueError(f"start_rung {self.start_rung} is not one of rungs {self.rungs}")
         if any(b < a for a, b in zip(self.cost, self.cost[1:], strict=False)):
             raise ValueError(f"cost must not decrease with the rung, got {self.cost}")
         return self
@@ -137,7 +146,10 @@ class EffortController:
 
     def decide(self, fb: AsrFeedback, current: int) -> EffortDecision:
         c = self.config
-        current = min(max(current, 0), c.top_rung)
+        rungs = c.rungs
+        # The applied rung's place among `rungs` (the nearest below it when it is not one).
+        level = max((i for i, r in enumerate(rungs) if r <= current), default=0)
+        current = rungs[level]
         reasons = []
         if fb.busy_share is not None and fb.busy_share > c.busy_high:
             reasons.append(f"busy {fb.busy_share:.2f} > {c.busy_high:g}")
@@ -149,27 +161,28 @@ class EffortController:
         if reasons:
             self._room = 0
             self._over += 1
-            if self._over >= c.down_after and current > 0:
+            if self._over >= c.down_after and level > 0:
                 self._over = 0
-                return EffortDecision(current - 1, "down: " + ", ".join(reasons))
-            return EffortDecision(current, "hold: overloaded" if current else "hold: bottom")
+                return EffortDecision(rungs[level - 1], "down: " + ", ".join(reasons))
+            return EffortDecision(current, "hold: overloaded" if level else "hold: bottom")
         self._over = 0
-        if current >= c.top_rung:
+        if level == len(rungs) - 1:
             self._room = 0
             return EffortDecision(current, "hold: top")
         if fb.busy_share is None:
             self._room = 0
             return EffortDecision(current, "hold: not measured")
-        predicted = fb.busy_share * c.cost[current + 1] / c.cost[current]
+        up = rungs[level + 1]
+        predicted = fb.busy_share * c.cost[up] / c.cost[current]
         fits = predicted < c.busy_low and (lat is None or lat < c.low_water * c.latency_budget_s)
         if not fits:
             self._room = 0
-            return EffortDecision(current, "hold: between water marks")
+            return EffortDecision(current, f"hold: predicted busy {predicted:.2f}")
         self._room += 1
         if self._room < c.up_after:
             return EffortDecision(current, "hold: waiting for sustained headroom")
         self._room = 0
-        return EffortDecision(current + 1, f"up: predicted busy {predicted:.2f}")
+        return EffortDecision(up, f"up: predicted busy {predicted:.2f}")
 
 
 __all__ = ["AsrFeedback", "EffortController", "EffortControllerConfig", "EffortDecision"]
