@@ -99,3 +99,17 @@ def test_commit_latency_over_budget_keeps_it_at_the_bottom() -> None:
     ladder.record_latency(3.0)
     _speak(ladder, 12.0)
     assert ladder.rung == 0
+
+
+def test_the_accurate_models_words_move_onto_the_stream_models_clock() -> None:
+    """Rung 2's words are shifted by `effort_model_shift_s` (clamped to the audio), so the
+    commit policy matches them by time against words the stream's model committed."""
+    ladder, _ = _ladder(2, cost_s=0.0)
+    audio = np.zeros(1600, np.float32)  # 0.1 s: the shifted end is clamped to it
+    (word,) = ladder.transcribe(audio)
+    assert (word.t_start, word.t_end) == pytest.approx((0.1, 0.1))
+    (fast,) = ladder.transcribe(audio, fast=True)
+    assert (fast.t_start, fast.t_end) == (0.0, 0.1)  # the stream's own model: unchanged
+    ladder, _ = _ladder(1, cost_s=0.0)
+    (word,) = ladder.transcribe(audio)
+    assert (word.t_start, word.t_end) == (0.0, 0.1)
