@@ -159,7 +159,10 @@ class AsrStage(Stage):
         if not isinstance(self._transcriber, WhisperTranscriber | EffortTranscriber):
             return None  # not set up yet, or a stand-in transcriber
         name = Path(self.config.model).name  # `tiny.en`, or a model folder's name
-        return ModelInfo(f"whisper {name}", self.config.compute_type, _ASR_PACKAGES)
+        cfg = self.config
+        if cfg.effort == "auto" or cfg.effort == 2:  # the accurate model may run too
+            name += "+" + Path(cfg.effort_model).name
+        return ModelInfo(f"whisper {name}", cfg.compute_type, _ASR_PACKAGES)
 
     async def process(self, frame: Frame) -> AsyncIterator[Frame]:
         assert isinstance(frame, AudioFrame)
