@@ -475,11 +475,11 @@ def _agg(rows: list[dict[str, Any]]) -> dict[str, Any]:
         out["wer" + suffix] = round(wer_, 4)
         out[latency + "_p50_s"] = round(q["p50"], 3)
         out[latency + "_p95_s"] = round(q["p95"], 3)
-    out["words"] = sum(len(r["latencies"]) for r in rows)
-    out["revisions"] = sum(r["revisions"] for r in rows)
     passes = [r["effort_passes"] for r in rows if "effort_passes" in r]
     if passes:  # full-window passes per effort rung, summed over the group's clips
         out["effort_passes"] = [sum(p[i] for p in passes) for i in range(len(passes[0]))]
+    out["words"] = sum(len(r["latencies"]) for r in rows)
+    out["revisions"] = sum(r["revisions"] for r in rows)
     return out
 
 
@@ -574,12 +574,12 @@ def main(argv: list[str] | None = None) -> int:
                    "ref_words": clip.n_ref_words, "latencies": res.latencies_s,
                    "latencies_first": res.latencies_first_s,
                    "revisions": res.revisions}  # fmt: skip
-            effort = getattr(stage, "effort", None)
-            if effort is not None:  # full-window passes per effort rung (`effort`, docs/asr.md)
-                row["effort_passes"] = list(effort.passes)
             rows[(clip.group, system)].append(row)
             if clip.slides in ("match", "offslide"):  # the priming figures: per kind of slides
                 rows[(f"{clip.group}:{clip.slides}", system)].append(row)
+            effort = getattr(stage, "effort", None)
+            if effort is not None:  # full-window passes per effort rung (`effort`, docs/asr.md)
+                row["effort_passes"] = list(effort.passes)
             q = percentiles(res.latencies_first_s or [0.0])
             qf = percentiles(res.latencies_s or [0.0])
             print(
