@@ -291,7 +291,8 @@ class VadSegmentedStage(_BufferStage):
 
 # -- running a system -----------------------------------------------------------------------
 def make_stage(system: str, clip: Clip, config: AsrConfig, transcriber: Transcriber,
-               ocr_delay_s: float, other: Clip | None = None) -> Stage:  # fmt: skip
+               ocr_delay_s: float, other: Clip | None = None,
+               live: bool = True) -> Stage:  # fmt: skip
     if system == "la2":
         return LocalAgreementStage(transcriber)
     if system == "vad":
@@ -306,7 +307,8 @@ def make_stage(system: str, clip: Clip, config: AsrConfig, transcriber: Transcri
             terms.add(slide["lines"], slide["t_start"] + ocr_delay_s)
         if config.prime_max_terms == 0:
             config = config.model_copy(update={"prime_max_terms": 20})
-    return AsrStage(config, transcriber=transcriber, screen_terms=terms, name=system)
+    # Simulated clock: not live (no queue to coalesce; `effort="auto"` counts CPU time).
+    return AsrStage(config, transcriber=transcriber, screen_terms=terms, live=live, name=system)
 
 
 def _is_speech(frame: Frame) -> bool:
@@ -473,6 +475,9 @@ def _agg(rows: list[dict[str, Any]]) -> dict[str, Any]:
         out["wer" + suffix] = round(wer_, 4)
         out[latency + "_p50_s"] = round(q["p50"], 3)
         out[latency + "_p95_s"] = round(q["p95"], 3)
+    passes = [r["effort_passes"] for r in rows if "effort_passes" in r]
+    if passes:  # full-window passes per effort rung, summed over the group's clips
+        out["effort_passes"] = [sum(p[i] for p in passes) for i in range(len(passes[0]))]
     out["words"] = sum(len(r["latencies"]) for r in rows)
     out["revisions"] = sum(r["revisions"] for r in rows)
     return out
@@ -562,7 +567,7 @@ def main(argv: list[str] | None = None) -> int:
             if system == "ours-primed-other" and _other_slides(clip, clips) is None:
                 continue  # not a synthetic clip, or no other clip's slides to show
             stage = make_stage(system, clip, config, transcriber, args.ocr_delay_s,
-                               _other_slides(clip, clips))  # fmt: skip
+                               _other_slides(clip, clips), live=args.realtime)  # fmt: skip
             res: Result = asyncio.run(runner(stage, clip))
             score = wer(clip.ref, res.text)
             row = {"wer": score, "wer_first": wer(clip.ref, res.text_first),
@@ -572,6 +577,9 @@ def main(argv: list[str] | None = None) -> int:
             rows[(clip.group, system)].append(row)
             if clip.slides in ("match", "offslide"):  # the priming figures: per kind of slides
                 rows[(f"{clip.group}:{clip.slides}", system)].append(row)
+            effort = getattr(stage, "effort", None)
+            if effort is not None:  # full-window passes per effort rung (`effort`, docs/asr.md)
+                row["effort_passes"] = list(effort.passes)
             q = percentiles(res.latencies_first_s or [0.0])
             qf = percentiles(res.latencies_s or [0.0])
             print(
@@ -579,7 +587,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"{rows[(clip.group, system)][-1]['wer_first']:6.1%}, {res.revisions} revisions)"
                 f"  word latency p50 {q['p50']:.2f} s p95 {q['p95']:.2f} s (final p95 "
                 f"{qf['p95']:.2f} s)  inference "
-                f"{getattr(stage, 'inference_s', 0.0):.1f} s  | {res.text[:110]}"
+                f"{getattr(stage, 'inference_s', 0.0):.1f} s"
+                + (f"  effort passes {effort.passes}" if effort is not None else "")
+                + f"  | {res.text[:110]}"
             )
             if args.show_text:
                 print(f"    {res.text}")

@@ -50,6 +50,31 @@ def test_tiny_en_transcribes_the_short_clip_with_word_times() -> None:
         assert r["latency_ms"] >= 0.0
 
 
+def test_a_forced_effort_rung_runs_its_model_on_every_full_pass() -> None:
+    """`effort=2`: each full-window pass runs Whisper base (beam 5), fast updates tiny.en; the
+    words still carry the clip's speech."""
+    from streamfuse.audio.effort import EffortTranscriber
+    from streamfuse.audio.transcriber import WhisperTranscriber
+
+    sink = CollectSink()
+    stage = AsrStage(AsrConfig(model="tiny.en", effort=2))
+    source = MediaSource(ASSETS / "short.mp4", video=False)
+    pipeline = Pipeline().link(source, stage, maxsize=3000).link(stage, sink)
+    asyncio.run(pipeline.run())
+
+    assert not sink.of_type("error")
+    ladder = stage.effort
+    assert isinstance(ladder, EffortTranscriber) and ladder.rung == 2
+    assert ladder.passes[2] >= 2 and ladder.passes[:2] == [0, 0]
+    assert [(r, reason) for _, r, reason in ladder.history] == [(2, "start")]
+    base, fast = ladder.full[2], ladder.fast
+    assert isinstance(base, WhisperTranscriber) and isinstance(fast, WhisperTranscriber)
+    assert (base.config.model, base.config.full_beam_size) == ("base", 5)
+    assert base.calls == ladder.passes[2] and fast.calls > 0  # fast updates stay on tiny.en
+    said = normalize_english(" ".join(r["text"] for r in sink.of_type("asr"))).split()
+    assert len(said) >= 20
+
+
 SPEECH_SET = Path(__file__).resolve().parents[2] / "assets" / "eval" / "speech"
 
 

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from streamfuse.qos.effort import EffortControllerConfig
+
 
 class AsrConfig(BaseModel):
     """VAD and streaming-ASR settings. Defaults target real time on a 2-core CPU."""
@@ -37,6 +39,36 @@ class AsrConfig(BaseModel):
         le=10,
         description="Beam width of full-window passes (at pauses, where words are committed); "
         "fast updates inside speech keep `beam_size`. The larger of the two is used.",
+    )
+    effort: Literal["auto", 0, 1, 2] = Field(
+        0,
+        description="Effort of the full-window passes (at pauses and utterance ends; fast "
+        "updates are unchanged): 0 as configured, 1 beam search (`effort_beam`), 2 the accurate "
+        "model (`effort_model`, Whisper base) at that beam; "
+        "'auto' moves between them with the measured headroom (`effort_control`). 0 by "
+        "default: no rung beat 0 on both speech-set splits and the bundled clip (docs/asr.md).",
+    )
+    effort_beam: int = Field(
+        5, ge=1, le=10, description="Beam width of the full-window passes at effort rungs 1-2."
+    )
+    effort_model: str = Field(
+        "base",
+        description="The accurate model of effort rung 2's full-window passes (a name "
+        "`resolve_whisper_model` knows, or a CTranslate2 Whisper folder).",
+    )
+    effort_model_shift_s: float = Field(
+        0.18,
+        ge=-1.0,
+        le=1.0,
+        description="Added to the word times of `effort_model`'s passes, so they keep the "
+        "clock of the stream's model, whose committed words they are matched against by time: "
+        "base places words 0.18 s earlier than tiny.en (median over 180 words both read on the "
+        "bundled clip and the speech set's dev split). Unshifted, a word base heard centred "
+        "inside a committed tiny.en word was taken as already committed and lost.",
+    )
+    effort_control: EffortControllerConfig = Field(
+        default_factory=EffortControllerConfig,
+        description="Water marks and hysteresis of `effort='auto'` (`qos.effort`).",
     )
     calibrate: bool = Field(
         True,

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from streamfuse.audio.config import AsrConfig
+from streamfuse.audio.effort import EffortTranscriber, effort_transcribers
 from streamfuse.audio.policy import LocalAgreement, Word, join_words
 from streamfuse.audio.priming import (
     ScreenTerms,
@@ -129,13 +130,39 @@ class AsrStage(Stage):
             self._transcriber = WhisperTranscriber(self.config)
         if self._vad is None:
             self._vad = await self.run_blocking(SileroVad)
+        if self.config.effort != 0 and isinstance(self._transcriber, WhisperTranscriber):
+            self._transcriber = await self.run_blocking(self._effort_ladder, self._transcriber)
         await self.run_blocking(self._transcriber.load)
 
+    def _effort_ladder(self, whisper: WhisperTranscriber) -> EffortTranscriber:
+        """The effort ladder around the stream's Whisper model (`effort`, docs/asr.md). Live, its
+        busy share is wall time and machine CPU load counts; offline (not paced: the run keeps a
+        core busy by design) only the process CPU time the recognizer takes counts."""
+        probe = None
+        if self.config.effort == "auto" and self.live:
+            from streamfuse.qos.signals import SharedCpuProbe
+
+            probe = SharedCpuProbe()
+        clock = time.perf_counter if self.live else time.process_time
+        full = effort_transcribers(whisper)
+        return EffortTranscriber(
+            whisper, full, self.config, probe=probe, stage=self.name, clock=clock
+        )
+
+    @property
+    def effort(self) -> EffortTranscriber | None:
+        """The effort ladder in use (None: effort 0 or a stand-in transcriber)."""
+        t = self._transcriber
+        return t if isinstance(t, EffortTranscriber) else None
+
     def model_info(self) -> ModelInfo | None:
-        if not isinstance(self._transcriber, WhisperTranscriber):
+        if not isinstance(self._transcriber, WhisperTranscriber | EffortTranscriber):
             return None  # not set up yet, or a stand-in transcriber
         name = Path(self.config.model).name  # `tiny.en`, or a model folder's name
-        return ModelInfo(f"whisper {name}", self.config.compute_type, _ASR_PACKAGES)
+        cfg = self.config
+        if cfg.effort == "auto" or cfg.effort == 2:  # the accurate model may run too
+            name += "+" + Path(cfg.effort_model).name
+        return ModelInfo(f"whisper {name}", cfg.compute_type, _ASR_PACKAGES)
 
     async def process(self, frame: Frame) -> AsyncIterator[Frame]:
         assert isinstance(frame, AudioFrame)
@@ -411,6 +438,8 @@ class AsrStage(Stage):
             raw = guard_primed(plain, raw, terms)
         self.inference_s += time.perf_counter() - started
         self.inferences += 1
+        if self.effort is not None:
+            self.effort.advance(until)
         log.debug(
             "transcribed %.2f-%.2f s in %.2f s: %s",
             t0,
@@ -438,9 +467,10 @@ class AsrStage(Stage):
     def _asr_event(self, words: Sequence[Word]) -> EventFrame:
         self._history.extend(words)
         arrival = self._arrival_of(words[-1].t_end)
-        instruments().asr_commit_latency.record(
-            max(0.0, now_wall() - arrival), {"stage": self.name}
-        )
+        latency_s = max(0.0, now_wall() - arrival)
+        instruments().asr_commit_latency.record(latency_s, {"stage": self.name})
+        if self.live and self.effort is not None:
+            self.effort.record_latency(latency_s)
         return EventFrame(
             stream_id=self._stream_id,
             t_media=words[0].t_start,

@@ -102,6 +102,15 @@ class WhisperTranscriber(Transcriber):
             raise ModelError(f"cannot load Whisper model from {self.path}: {e}") from e
         self._english_only = not bool(self._model.model.is_multilingual)
 
+    def variant(self, **updates: object) -> WhisperTranscriber:
+        """This transcriber with some decoding settings changed (e.g. `full_beam_size`),
+        sharing its loaded model: for settings that do not change the model itself."""
+        self.load()
+        other = WhisperTranscriber(self.config.model_copy(update=updates))
+        other._model, other._english_only = self._model, self._english_only
+        other._token_counts = self._token_counts
+        return other
+
     def context_frames(self, n_samples: int, fast: bool = True) -> int | None:
         """Mel frames the encoder sees for a buffer of `n_samples` (None: the full 30 s)."""
         if not fast:

@@ -106,6 +106,11 @@ class Instruments:
         self.asr_commit_latency = meter.create_histogram(
             names.ASR_COMMIT_LATENCY, unit="s", description="Arrival of a word's end to its commit"
         )
+        self.asr_effort = meter.create_histogram(
+            names.ASR_EFFORT,
+            unit="{rung}",
+            description="Effort rung of a full-window ASR pass (0 cheapest; docs/asr.md)",
+        )
         self.asr_revisions = meter.create_counter(
             names.ASR_REVISIONS,
             unit="{revision}",

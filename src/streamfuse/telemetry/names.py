@@ -20,6 +20,7 @@ EVENT_LATENCY = "streamfuse.event.latency"  # s, input arrival to event emission
 OCR_RESOLUTION = "streamfuse.ocr.resolution"  # px, OCR input height
 OCR_DET_SIDE = "streamfuse.ocr.det_side"  # px, detector long side of a read (the ladder rung)
 ASR_COMMIT_LATENCY = "streamfuse.asr.commit_latency"  # s, word end arrival to commit
+ASR_EFFORT = "streamfuse.asr.effort"  # {rung}, effort rung of a full-window ASR pass
 ASR_REVISIONS = "streamfuse.asr.revisions"  # {revision}, corrections at utterance ends
 LM_TOKENS = "streamfuse.lm.tokens"  # {token}, tokens through the LM engine (kind=prefill|decode)
 LM_DECODE_RATE = "streamfuse.lm.decode_rate"  # {token}/s, decode tokens per forward second
