@@ -146,6 +146,10 @@ class AsrWord(BaseModel):
         return (self.word, self.t_start, self.t_end)
 
 
+#: The rules by which the ASR stage commits words (docs/asr.md, "How words are committed").
+AsrCommitRule = Literal["agreement", "age", "pause", "utterance_end", "trim", "stream_end"]
+
+
 class AsrPayload(Payload):
     """Committed speech: words no later hypothesis changes; only the utterance-end pass may
     still correct them, in an `asr_revision` event."""
@@ -154,6 +158,13 @@ class AsrPayload(Payload):
 
     text: str
     words: list[AsrWord]
+    rule: AsrCommitRule | None = Field(
+        None,
+        description="The rule that committed these words: 'agreement' (two fast hypotheses "
+        "agree), 'age' (pending too long), 'pause' (the full-window pass at a pause agrees), "
+        "'utterance_end' (the rest of an utterance at its end), 'trim' (a long buffer cut), "
+        "'stream_end' (None: a producer that does not say).",
+    )
 
 
 class AsrRevisionPayload(Payload):
@@ -525,6 +536,7 @@ if __name__ == "__main__":
 __all__ = [
     "ENVELOPE",
     "AsrPartialPayload",
+    "AsrCommitRule",
     "AsrPayload",
     "AsrRevisionPayload",
     "AsrWord",

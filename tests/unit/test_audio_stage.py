@@ -116,6 +116,10 @@ def test_every_word_committed_once_in_order(clip: np.ndarray, max_buffer: float)
     assert any(e.type == "asr_partial" and e.payload.fields()["text"] for e in events)
     # Later utterances are prompted with the committed text before the buffer.
     assert any("short test" in p for p in fake.prompts)
+    # Every commit names its rule; hypotheses that agree commit inside speech, not only at ends.
+    rules = {e.payload.fields()["rule"] for e in asr}
+    assert None not in rules
+    assert "agreement" in rules
 
 
 def test_event_times_and_arrival_follow_the_last_word(clip: np.ndarray) -> None:
@@ -217,6 +221,8 @@ def test_words_that_never_agree_are_committed_after_max_word_delay(clip: np.ndar
     early = [e for e in events if e.type == "asr"]
     # Without the bound only utterance ends commit; with it, words go out inside utterances too.
     assert len(early) > len(at_pauses)
+    assert {e.payload.fields()["rule"] for e in at_pauses} <= {"utterance_end", "stream_end"}
+    assert "age" in {e.payload.fields()["rule"] for e in early}
     words = [w["word"].lower().rstrip("h") for e in early for w in e.payload.fields()["words"]]
     assert words == [w.lower().rstrip("h") for w, _, _ in script]
 
