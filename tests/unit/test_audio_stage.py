@@ -572,3 +572,35 @@ def test_the_prime_guard_keeps_a_heard_term_and_drops_an_imitated_one(
     unguarded = run("off")
     assert "engine" in unguarded and "Kubelet," in unguarded
     assert run(guard) == [w for w, _, _ in script]
+
+
+async def _commits_at(stage: AsrStage, clip: np.ndarray) -> list[tuple[EventFrame, float]]:
+    """Drive the stage window by window: each output with the media time of the newest audio
+    the stage had when it was emitted."""
+    await stage.setup()
+    out = []
+    for i in range(0, len(clip) - 320 + 1, 320):
+        frame = AudioFrame(t_media=i / SR, samples=clip[i : i + 320], arrival_wall=1000.0 + i / SR)
+        out += [(o, frame.t_end) async for o in stage.process(frame)]
+    out += [(o, len(clip) / SR) async for o in stage.flush()]
+    return [(o, t) for o, t in out if isinstance(o, EventFrame)]
+
+
+def test_age_each_window_commits_a_word_when_it_is_due_not_at_the_next_update(
+    clip: np.ndarray,
+) -> None:
+    waits = {}
+    for each_window in (False, True):
+        config = AsrConfig(**_FAST, max_word_delay_s=1.0, age_each_window=each_window)
+        stage = AsrStage(config, transcriber=FlippingTranscriber(clip, _truth_words()))
+        events = asyncio.run(_commits_at(stage, clip))
+        asr = [(e, t) for e, t in events if e.type == "asr"]
+        aged = [(e, t) for e, t in asr if e.payload.fields()["rule"] == "age"]
+        assert aged
+        waits[each_window] = [t - w["t_end"] for e, t in aged for w in e.payload.fields()["words"]]
+        # Either way no word is committed by age before it is due.
+        assert min(waits[each_window]) >= 1.0 - 1e-6
+    # Aged at each window, a word goes out within a window or so of its due time; aged at
+    # updates only, it waits for the next update (0.5 s of audio apart) to come.
+    assert max(waits[True]) <= 1.1
+    assert max(waits[False]) > 1.2

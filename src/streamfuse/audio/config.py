@@ -79,6 +79,20 @@ class AsrConfig(BaseModel):
         "this long before the end of the audio transcribed (right context makes a short "
         "window's words reliable).",
     )
+    age_each_window: bool = Field(
+        False,
+        description="With `max_word_delay_s`: pending words are aged at every audio window, "
+        "not only when a new hypothesis comes: a word is committed once it ended "
+        "`max_word_delay_s` before the newest audio (and `agree_min_age_s` before the end of "
+        "the audio its hypothesis heard), instead of at the next update after that, once its "
+        "inference has run (which added 0.2-1 s; docs/asr.md).",
+    )
+    age_carry: bool = Field(
+        False,
+        description="With fast updates: a hypothesis that stops short of the pending words "
+        "(a truncated or empty reading: common in noise) keeps them pending instead of "
+        "dropping them, so `max_word_delay_s` still bounds their commit (docs/asr.md).",
+    )
     agree_min_p: float = Field(
         0.0,
         ge=0.0,

@@ -96,7 +96,7 @@ class AsrStage(Stage):
         self._vad = vad
         cfg = self.config
         self._gate = SpeechGate(cfg.vad_start_threshold, cfg.vad_end_threshold, cfg.min_silence_s)
-        self._policy = LocalAgreement()
+        self._policy = LocalAgreement(carry=cfg.age_carry)
         self._stream_id = "main"
         # Audio buffer: samples from media time `_buf_t0`.
         self._chunks: list[np.ndarray] = []
@@ -176,6 +176,12 @@ class AsrStage(Stage):
             self._keep_context()  # silence: no inference
             return
         cfg = self.config
+        if cfg.age_each_window and cfg.max_word_delay_s > 0:
+            # A word's age bound is kept to the window, not to the next update's end.
+            until = min(self._buf_end - cfg.max_word_delay_s, self._hyp_end - cfg.agree_min_age_s)
+            aged = self._policy.commit_until(until, min_p=cfg.agree_min_p)
+            if aged:
+                yield self._asr_event(aged, "age")
         window_s = len(frame.samples) / AUDIO_SAMPLE_RATE_HZ
         if self.live and self.backlog * window_s > cfg.coalesce_after_s:
             return  # behind: coalesce the queued audio into the next inference
