@@ -147,7 +147,9 @@ class AsrWord(BaseModel):
 
 
 #: The rules by which the ASR stage commits words (docs/asr.md, "How words are committed").
-AsrCommitRule = Literal["agreement", "age", "pause", "utterance_end", "trim", "stream_end"]
+AsrCommitRule = Literal[
+    "agreement", "age", "pause", "pause_tail", "utterance_end", "trim", "stream_end"
+]
 
 
 class AsrPayload(Payload):
@@ -162,6 +164,7 @@ class AsrPayload(Payload):
         None,
         description="The rule that committed these words: 'agreement' (two fast hypotheses "
         "agree), 'age' (pending too long), 'pause' (the full-window pass at a pause agrees), "
+        "'pause_tail' (a fast pass at a pause, with `pause_commit`), "
         "'utterance_end' (the rest of an utterance at its end), 'trim' (a long buffer cut), "
         "'stream_end' (None: a producer that does not say).",
     )

@@ -604,3 +604,27 @@ def test_age_each_window_commits_a_word_when_it_is_due_not_at_the_next_update(
     # updates only, it waits for the next update (0.5 s of audio apart) to come.
     assert max(waits[True]) <= 1.1
     assert max(waits[False]) > 1.2
+
+
+def test_pause_commit_commits_the_words_before_a_pause_ahead_of_the_full_pass(
+    clip: np.ndarray,
+) -> None:
+    # No agreement inside speech and no age bound: only pauses and utterance ends commit.
+    base = {"fast_updates": True, "max_pending_s": 25.0, "max_word_delay_s": 0.0}
+    first_commit: dict[bool, dict[str, float]] = {}
+    for pause_commit in (False, True):
+        fake = ScriptedTranscriber(clip, _truth_words())
+        stage = AsrStage(AsrConfig(**base, pause_commit=pause_commit), transcriber=fake)
+        events = asyncio.run(_commits_at(stage, clip))
+        asr = [(e, t) for e, t in events if e.type == "asr"]
+        rules = {e.payload.fields()["rule"] for e, _ in asr}
+        assert ("pause_tail" in rules) is pause_commit
+        words = [(w["word"], t) for e, t in asr for w in e.payload.fields()["words"]]
+        # Every word once, in order; the full pass after it agrees, so nothing is revised.
+        assert [w for w, _ in words] == [w for w, _, _ in _truth_words()]
+        assert not [e for e, _ in events if e.type == "asr_revision"]
+        first_commit[pause_commit] = {f"{i}:{w}": t for i, (w, t) in enumerate(words)}
+    # No word is committed later with it, and the words of each pause go out earlier.
+    early = {k: first_commit[False][k] - t for k, t in first_commit[True].items()}
+    assert min(early.values()) >= -1e-6
+    assert max(early.values()) > 0.0

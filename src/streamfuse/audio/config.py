@@ -89,6 +89,13 @@ class AsrConfig(BaseModel):
         "first-commit p95 3.95 -> 2.67 s dev, 3.04 -> 2.70 s held-out at the same WER; "
         "False: the behaviour before.",
     )
+    pause_commit: bool = Field(
+        False,
+        description="With fast updates: when the speaker pauses, a fast pass commits the "
+        "words heard before the pause at once (rule `pause_tail`), before the full-window pass "
+        "that the utterance end reuses (which takes ~1 s over a long revision window and then "
+        "revises what it reads differently). One more fast inference per pause (docs/asr.md).",
+    )
     age_carry: bool = Field(
         False,
         description="With fast updates: a hypothesis that stops short of the pending words "

@@ -196,6 +196,9 @@ class AsrStage(Stage):
             and self._gate.silence_since is not None
             and self._last_update_end < self._gate.silence_since + cfg.pause_update_s
         )
+        if pause and cfg.pause_commit and cfg.fast_updates:
+            async for out in self._pause_commit():
+                yield out
         if due or pause:
             # The pause update is the one an utterance-end commit reuses: full window.
             async for out in self._update(fast=cfg.fast_updates and not pause, closing=pause):
@@ -254,6 +257,15 @@ class AsrStage(Stage):
             yield partial
         async for out in self._maybe_trim():
             yield out
+
+    async def _pause_commit(self) -> AsyncIterator[Frame]:
+        """A pause began: a fast pass over the buffer commits what it hears before the pause
+        (all of its words: the audio after them is silence), ahead of the slower full pass."""
+        words = await self._transcribe(self._buf_end, fast=True)
+        self._policy.observe(words)
+        committed = self._policy.commit_until(self._buf_end)
+        if committed:
+            yield self._asr_event(committed, "pause_tail")
 
     async def _finalize(self, speech_end: float) -> AsyncIterator[Frame]:
         """An utterance ended (VAD silence): commit its whole hypothesis, restart the buffer."""
