@@ -606,16 +606,17 @@ def test_age_each_window_commits_a_word_when_it_is_due_not_at_the_next_update(
     assert max(waits[False]) > 1.2
 
 
+@pytest.mark.parametrize("mode", ["all", "agreed"])
 def test_pause_commit_commits_the_words_before_a_pause_ahead_of_the_full_pass(
-    clip: np.ndarray,
+    clip: np.ndarray, mode: str
 ) -> None:
     # No agreement inside speech and no age bound: only pauses and utterance ends commit.
     base = {"fast_updates": True, "max_pending_s": 25.0, "max_word_delay_s": 0.0}
     first_commit: dict[bool, dict[str, float]] = {}
     for pause_commit in (False, True):
         fake = ScriptedTranscriber(clip, _truth_words())
-        stage = AsrStage(AsrConfig(**base, pause_commit=pause_commit), transcriber=fake)
-        events = asyncio.run(_commits_at(stage, clip))
+        config = AsrConfig(**base, pause_commit=mode if pause_commit else "off")
+        events = asyncio.run(_commits_at(AsrStage(config, transcriber=fake), clip))
         asr = [(e, t) for e, t in events if e.type == "asr"]
         rules = {e.payload.fields()["rule"] for e, _ in asr}
         assert ("pause_tail" in rules) is pause_commit

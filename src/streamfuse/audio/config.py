@@ -89,12 +89,15 @@ class AsrConfig(BaseModel):
         "first-commit p95 3.95 -> 2.67 s dev, 3.04 -> 2.70 s held-out at the same WER; "
         "False: the behaviour before.",
     )
-    pause_commit: bool = Field(
-        False,
-        description="With fast updates: when the speaker pauses, a fast pass commits the "
-        "words heard before the pause at once (rule `pause_tail`), before the full-window pass "
-        "that the utterance end reuses (which takes ~1 s over a long revision window and then "
-        "revises what it reads differently). One more fast inference per pause (docs/asr.md).",
+    pause_commit: Literal["off", "all", "agreed"] = Field(
+        "off",
+        description="With fast updates: when the speaker pauses, a fast pass commits words "
+        "heard before the pause at once (rule `pause_tail`), before the full-window pass that "
+        "the utterance end reuses (~1 s over a long revision window; it then revises what it "
+        "reads differently): 'all' its words, 'agreed' those the hypothesis before it agrees "
+        "on (without the `agree_min_age_s` wait: the audio after them is silence). One more "
+        "fast inference per pause. Off: 'all' repeated sentences of a dense reading on "
+        "held-out (docs/asr.md, 2026-12-05).",
     )
     age_carry: bool = Field(
         False,

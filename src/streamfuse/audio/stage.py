@@ -196,7 +196,7 @@ class AsrStage(Stage):
             and self._gate.silence_since is not None
             and self._last_update_end < self._gate.silence_since + cfg.pause_update_s
         )
-        if pause and cfg.pause_commit and cfg.fast_updates:
+        if pause and cfg.pause_commit != "off" and cfg.fast_updates:
             async for out in self._pause_commit():
                 yield out
         if due or pause:
@@ -260,10 +260,14 @@ class AsrStage(Stage):
 
     async def _pause_commit(self) -> AsyncIterator[Frame]:
         """A pause began: a fast pass over the buffer commits what it hears before the pause
-        (all of its words: the audio after them is silence), ahead of the slower full pass."""
+        (all of its words, or those the hypothesis before it agrees on: `pause_commit`), ahead
+        of the slower full pass."""
         words = await self._transcribe(self._buf_end, fast=True)
-        self._policy.observe(words)
-        committed = self._policy.commit_until(self._buf_end)
+        if self.config.pause_commit == "agreed":
+            committed = self._policy.insert(words, min_p=self.config.agree_min_p)
+        else:
+            self._policy.observe(words)
+            committed = self._policy.commit_until(self._buf_end)
         if committed:
             yield self._asr_event(committed, "pause_tail")
 
