@@ -116,6 +116,8 @@ class Result:
     latencies_s: list[float] = field(default_factory=list)  # per final word, to its final form
     text_first: str = ""  # the words as first committed
     latencies_first_s: list[float] = field(default_factory=list)  # per word, to its first commit
+    rules_first: list[str] = field(default_factory=list)  # per word, the rule that committed it
+    words_first: list[dict[str, Any]] = field(default_factory=list)  # per word, for --word-log
     event_latencies_s: list[float] = field(default_factory=list)  # per commit event
     revisions: int = 0
     inference_s: float = 0.0
@@ -140,6 +142,17 @@ class Result:
         self.text_first = join_speech(w for _, w in first)
         self.text = join_speech(w for _, w in final)
         self.latencies_first_s = [(r.wall_s or 0.0) - arrival(w.t_end) for r, w in first]
+        self.rules_first = [
+            (r.payload.rule or "") if isinstance(r.payload, AsrPayload) else "" for r, _ in first
+        ]
+        final_ids = {id(w) for _, w in final}
+        self.words_first = [
+            {"word": w.word, "t_start": w.t_start, "t_end": w.t_end, "p_raw": w.p_raw,
+             "commit_s": round(r.wall_s or 0.0, 3), "latency_s": round(lat, 3), "rule": rule,
+             "revised": id(w) not in final_ids}
+            for (r, w), lat, rule in zip(first, self.latencies_first_s, self.rules_first,
+                                         strict=True)
+        ]  # fmt: skip
         self.latencies_s = [(r.wall_s or 0.0) - arrival(w.t_end) for r, w in final]
         self.event_latencies_s = [
             (r.wall_s or 0.0) - arrival(r.t_end)
@@ -356,19 +369,19 @@ async def run_simulated(stage: Stage, clip: Clip) -> Result:
     speech: list[tuple[EventFrame, float]] = []
     clock = 0.0  # simulated wall time = media time when idle
 
-    def take(outs: list[Frame], now: float) -> None:
-        speech.extend((out, now) for out in outs if isinstance(out, EventFrame) and _is_speech(out))
+    async def run(outs: AsyncIterator[Frame], base: float) -> float:
+        """Drain one call of the stage, each output stamped when it is yielded (not when the
+        call ends: a commit made before a later inference in the same call waits for nothing)."""
+        started = time.process_time()
+        async for out in outs:
+            if isinstance(out, EventFrame) and _is_speech(out):
+                speech.append((out, base + time.process_time() - started))
+        return base + time.process_time() - started
 
     cpu0, t0 = _cpu_s(), time.perf_counter()
     for frame in frames:
-        started = time.process_time()
-        outs = [o async for o in stage.process(frame)]
-        clock = max(clock, frame.t_end) + time.process_time() - started
-        take(outs, clock)
-    started = time.process_time()
-    outs = [o async for o in stage.flush()]
-    take(outs, max(clock, frames[-1].t_end if frames else 0.0)
-         + time.process_time() - started)  # fmt: skip
+        clock = await run(stage.process(frame), max(clock, frame.t_end))
+    await run(stage.flush(), max(clock, frames[-1].t_end if frames else 0.0))
     result = Result(wall_s=time.perf_counter() - t0, cpu_s=_cpu_s() - cpu0)
     result.take(speech, lambda t: t)  # a window arrives at its media time
     return result
@@ -461,6 +474,21 @@ def _other_slides(clip: Clip, clips: list[Clip]) -> Clip | None:
     return pool[(pool.index(clip) + 1) % len(pool)]
 
 
+def _by_rule(rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Words first committed by each commit rule: how many, and their word latency p50 / p95
+    (which rule a latency tail is owed to)."""
+    lat: dict[str, list[float]] = defaultdict(list)
+    for r in rows:
+        for rule, x in zip(r.get("rules_first", []), r["latencies_first"], strict=False):
+            if rule:  # the baselines name no rule
+                lat[rule].append(x)
+    out = {}
+    for rule, xs in sorted(lat.items()):
+        q = percentiles(xs)
+        out[rule] = {"words": len(xs), "p50_s": round(q["p50"], 3), "p95_s": round(q["p95"], 3)}
+    return out
+
+
 def _agg(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """WER pooled over the group's words; word latencies pooled. `wer` is the final transcript,
     `wer_first` the words as first committed; `word_latency_*` runs from each word's end to its
@@ -480,6 +508,9 @@ def _agg(rows: list[dict[str, Any]]) -> dict[str, Any]:
         out["effort_passes"] = [sum(p[i] for p in passes) for i in range(len(passes[0]))]
     out["words"] = sum(len(r["latencies"]) for r in rows)
     out["revisions"] = sum(r["revisions"] for r in rows)
+    rules = _by_rule(rows)
+    if rules:
+        out["rules"] = rules
     return out
 
 
@@ -517,6 +548,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--no-offline", action="store_true", help="skip the offline references")
     parser.add_argument("--show-text", action="store_true", help="print whole transcripts")
+    parser.add_argument(
+        "--word-log",
+        type=Path,
+        default=None,
+        help="write every first-committed word of `ours*` as one JSON line (clip, system, word, "
+        "times, commit time, latency, commit rule, revised later or not)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
 
@@ -545,6 +583,7 @@ def main(argv: list[str] | None = None) -> int:
     audio_total: dict[str, float] = defaultdict(float)
     first_group = clips[0].group if clips else ""
     first: dict[str, Any] = {}
+    word_log = args.word_log.open("w") if args.word_log else None
     for clip in clips:
         audio_total[clip.group] += clip.truth["duration_s"]
         refs = {}
@@ -573,7 +612,13 @@ def main(argv: list[str] | None = None) -> int:
             row = {"wer": score, "wer_first": wer(clip.ref, res.text_first),
                    "ref_words": clip.n_ref_words, "latencies": res.latencies_s,
                    "latencies_first": res.latencies_first_s,
+                   "rules_first": res.rules_first,
                    "revisions": res.revisions}  # fmt: skip
+            if word_log is not None:
+                for w in res.words_first:
+                    word_log.write(json.dumps({"clip": clip.name, "group": clip.group,
+                                               "system": system, **w}) + "\n")  # fmt: skip
+                word_log.flush()
             rows[(clip.group, system)].append(row)
             if clip.slides in ("match", "offslide"):  # the priming figures: per kind of slides
                 rows[(f"{clip.group}:{clip.slides}", system)].append(row)
@@ -593,6 +638,11 @@ def main(argv: list[str] | None = None) -> int:
             )
             if args.show_text:
                 print(f"    {res.text}")
+            rules = _by_rule([row])
+            if rules:
+                print("    commits by rule: " + ", ".join(
+                    f"{k} {v['words']} ({v['p50_s']:.2f} / {v['p95_s']:.2f} s)"
+                    for k, v in rules.items()))  # fmt: skip
             if clip.group == first_group and system == systems[0]:
                 ev = percentiles(res.event_latencies_s or [0.0])
                 first.setdefault("commit_latency_p50_s", []).extend(res.event_latencies_s)
@@ -600,6 +650,8 @@ def main(argv: list[str] | None = None) -> int:
                     stage, "inference_s", 0.0
                 )
                 del ev
+    if word_log is not None:
+        word_log.close()
     groups: dict[str, dict[str, Any]] = defaultdict(dict)
     print("\naggregate (WER over all words of the group; word latency pooled over words)")
     for (group, system), group_rows in rows.items():
@@ -612,6 +664,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{a['final_latency_p95_s']:.2f} s)  ({a['words']} words, "
             f"{a['revisions']} revisions)"
         )
+        if "rules" in a:
+            print("         by rule: " + ", ".join(
+                f"{k} {v['words']} ({v['p50_s']:.2f} / {v['p95_s']:.2f} s)"
+                for k, v in a["rules"].items()))  # fmt: skip
     out: dict[str, Any] = {}
     if first_group and systems:
         g = groups[first_group]

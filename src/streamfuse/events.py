@@ -146,6 +146,12 @@ class AsrWord(BaseModel):
         return (self.word, self.t_start, self.t_end)
 
 
+#: The rules by which the ASR stage commits words (docs/asr.md, "How words are committed").
+AsrCommitRule = Literal[
+    "agreement", "age", "pause", "pause_tail", "utterance_end", "trim", "stream_end"
+]
+
+
 class AsrPayload(Payload):
     """Committed speech: words no later hypothesis changes; only the utterance-end pass may
     still correct them, in an `asr_revision` event."""
@@ -154,6 +160,14 @@ class AsrPayload(Payload):
 
     text: str
     words: list[AsrWord]
+    rule: AsrCommitRule | None = Field(
+        None,
+        description="The rule that committed these words: 'agreement' (two fast hypotheses "
+        "agree), 'age' (pending too long), 'pause' (the full-window pass at a pause agrees), "
+        "'pause_tail' (a fast pass at a pause, with `pause_commit`), "
+        "'utterance_end' (the rest of an utterance at its end), 'trim' (a long buffer cut), "
+        "'stream_end' (None: a producer that does not say).",
+    )
 
 
 class AsrRevisionPayload(Payload):
@@ -531,6 +545,7 @@ if __name__ == "__main__":
 __all__ = [
     "ENVELOPE",
     "AsrPartialPayload",
+    "AsrCommitRule",
     "AsrPayload",
     "AsrRevisionPayload",
     "AsrWord",

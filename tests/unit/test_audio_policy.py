@@ -116,3 +116,29 @@ def test_an_unsure_or_too_recent_word_stops_the_agreed_prefix() -> None:
     sure = [Word("eigen", 0.2, 0.5, 0.8), Word("value", 0.5, 0.8, 0.9), Word("is", 0.8, 1.0)]
     assert [w.word for w in la.insert(sure, min_p=0.5, before=0.6)] == ["eigen"]
     assert [w.word for w in la.insert(sure, min_p=0.5)] == ["value", "is"]
+
+
+@pytest.mark.parametrize("carry", [False, True])
+def test_a_hypothesis_that_stops_short_keeps_the_pending_words_with_carry(carry: bool) -> None:
+    la = LocalAgreement(carry=carry)
+    la.insert(hyp(("the", 0.0, 0.2), ("cat", 0.2, 0.5), ("sat", 0.5, 0.8), ("down", 0.8, 1.1)))
+    # A truncated reading (noise: Whisper heard only the first word) says nothing of the rest.
+    committed = la.insert(hyp(("the", 0.0, 0.2)))
+    assert [w.word for w in committed] == ["the"]
+    aged = la.commit_until(1.1)
+    if carry:  # the words heard before still age into commits
+        assert [w.word for w in aged] == ["cat", "sat", "down"]
+    else:  # forgotten until a reading that reaches them comes back
+        assert aged == []
+
+
+def test_carried_words_give_way_to_a_reading_of_their_time() -> None:
+    la = LocalAgreement(carry=True)
+    la.observe(hyp(("the", 0.0, 0.2), ("cat", 0.2, 0.5), ("sat", 0.5, 0.8)))
+    la.observe(hyp(("a", 0.0, 0.2)))
+    assert [w.word for w in la.pending] == ["a", "cat", "sat"]
+    # A reading that covers their time replaces them: carried words are never mixed into it.
+    la.observe(hyp(("a", 0.0, 0.2), ("hat", 0.2, 0.5), ("sank", 0.5, 0.8)))
+    assert [w.word for w in la.pending] == ["a", "hat", "sank"]
+    la.observe([])
+    assert [w.word for w in la.pending] == ["a", "hat", "sank"]

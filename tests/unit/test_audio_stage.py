@@ -116,6 +116,10 @@ def test_every_word_committed_once_in_order(clip: np.ndarray, max_buffer: float)
     assert any(e.type == "asr_partial" and e.payload.fields()["text"] for e in events)
     # Later utterances are prompted with the committed text before the buffer.
     assert any("short test" in p for p in fake.prompts)
+    # Every commit names its rule; hypotheses that agree commit inside speech, not only at ends.
+    rules = {e.payload.fields()["rule"] for e in asr}
+    assert None not in rules
+    assert "agreement" in rules
 
 
 def test_event_times_and_arrival_follow_the_last_word(clip: np.ndarray) -> None:
@@ -217,6 +221,8 @@ def test_words_that_never_agree_are_committed_after_max_word_delay(clip: np.ndar
     early = [e for e in events if e.type == "asr"]
     # Without the bound only utterance ends commit; with it, words go out inside utterances too.
     assert len(early) > len(at_pauses)
+    assert {e.payload.fields()["rule"] for e in at_pauses} <= {"utterance_end", "stream_end"}
+    assert "age" in {e.payload.fields()["rule"] for e in early}
     words = [w["word"].lower().rstrip("h") for e in early for w in e.payload.fields()["words"]]
     assert words == [w.lower().rstrip("h") for w, _, _ in script]
 
@@ -566,3 +572,60 @@ def test_the_prime_guard_keeps_a_heard_term_and_drops_an_imitated_one(
     unguarded = run("off")
     assert "engine" in unguarded and "Kubelet," in unguarded
     assert run(guard) == [w for w, _, _ in script]
+
+
+async def _commits_at(stage: AsrStage, clip: np.ndarray) -> list[tuple[EventFrame, float]]:
+    """Drive the stage window by window: each output with the media time of the newest audio
+    the stage had when it was emitted."""
+    await stage.setup()
+    out = []
+    for i in range(0, len(clip) - 320 + 1, 320):
+        frame = AudioFrame(t_media=i / SR, samples=clip[i : i + 320], arrival_wall=1000.0 + i / SR)
+        out += [(o, frame.t_end) async for o in stage.process(frame)]
+    out += [(o, len(clip) / SR) async for o in stage.flush()]
+    return [(o, t) for o, t in out if isinstance(o, EventFrame)]
+
+
+def test_age_each_window_commits_a_word_when_it_is_due_not_at_the_next_update(
+    clip: np.ndarray,
+) -> None:
+    waits = {}
+    for each_window in (False, True):
+        config = AsrConfig(**_FAST, max_word_delay_s=1.0, age_each_window=each_window)
+        stage = AsrStage(config, transcriber=FlippingTranscriber(clip, _truth_words()))
+        events = asyncio.run(_commits_at(stage, clip))
+        asr = [(e, t) for e, t in events if e.type == "asr"]
+        aged = [(e, t) for e, t in asr if e.payload.fields()["rule"] == "age"]
+        assert aged
+        waits[each_window] = [t - w["t_end"] for e, t in aged for w in e.payload.fields()["words"]]
+        # Either way no word is committed by age before it is due.
+        assert min(waits[each_window]) >= 1.0 - 1e-6
+    # Aged at each window, a word goes out within a window or so of its due time; aged at
+    # updates only, it waits for the next update (0.5 s of audio apart) to come.
+    assert max(waits[True]) <= 1.1
+    assert max(waits[False]) > 1.2
+
+
+@pytest.mark.parametrize("mode", ["all", "agreed"])
+def test_pause_commit_commits_the_words_before_a_pause_ahead_of_the_full_pass(
+    clip: np.ndarray, mode: str
+) -> None:
+    # No agreement inside speech and no age bound: only pauses and utterance ends commit.
+    base = {"fast_updates": True, "max_pending_s": 25.0, "max_word_delay_s": 0.0}
+    first_commit: dict[bool, dict[str, float]] = {}
+    for pause_commit in (False, True):
+        fake = ScriptedTranscriber(clip, _truth_words())
+        config = AsrConfig(**base, pause_commit=mode if pause_commit else "off")
+        events = asyncio.run(_commits_at(AsrStage(config, transcriber=fake), clip))
+        asr = [(e, t) for e, t in events if e.type == "asr"]
+        rules = {e.payload.fields()["rule"] for e, _ in asr}
+        assert ("pause_tail" in rules) is pause_commit
+        words = [(w["word"], t) for e, t in asr for w in e.payload.fields()["words"]]
+        # Every word once, in order; the full pass after it agrees, so nothing is revised.
+        assert [w for w, _ in words] == [w for w, _, _ in _truth_words()]
+        assert not [e for e, _ in events if e.type == "asr_revision"]
+        first_commit[pause_commit] = {f"{i}:{w}": t for i, (w, t) in enumerate(words)}
+    # No word is committed later with it, and the words of each pause go out earlier.
+    early = {k: first_commit[False][k] - t for k, t in first_commit[True].items()}
+    assert min(early.values()) >= -1e-6
+    assert max(early.values()) > 0.0

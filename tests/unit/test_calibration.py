@@ -401,7 +401,7 @@ def test_the_benchmark_recomputes_from_records_what_the_asr_stage_used(
             text = texts[int(rng.integers(len(texts)))]
             words.append(Word(" " + text, t, t + 0.3, float(rng.uniform(0.02, 0.99))))
             t += 0.3
-        records.append({"type": "asr", **stage._asr_event(words).payload.fields()})
+        records.append({"type": "asr", **stage._asr_event(words, "agreement").payload.fields()})
     featured = bench.word_features(records)
     assert len(featured) == 36
     cal = shipped("asr")

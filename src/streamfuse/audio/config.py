@@ -111,6 +111,34 @@ class AsrConfig(BaseModel):
         "this long before the end of the audio transcribed (right context makes a short "
         "window's words reliable).",
     )
+    age_each_window: bool = Field(
+        True,
+        description="With `max_word_delay_s`: pending words are aged at every audio window, "
+        "not only when a new hypothesis comes: a word is committed once it ended "
+        "`max_word_delay_s` before the newest audio (and `agree_min_age_s` before the end of "
+        "the audio its hypothesis heard), instead of at the next update after that, once its "
+        "inference has run (which added 0.2-1 s). Measured (docs/asr.md, 2026-12-05): "
+        "first-commit p95 3.95 -> 2.67 s dev, 3.04 -> 2.70 s held-out at the same WER; "
+        "False: the behaviour before.",
+    )
+    pause_commit: Literal["off", "all", "agreed"] = Field(
+        "off",
+        description="With fast updates: when the speaker pauses, a fast pass commits words "
+        "heard before the pause at once (rule `pause_tail`), before the full-window pass that "
+        "the utterance end reuses (~1 s over a long revision window; it then revises what it "
+        "reads differently): 'all' its words, 'agreed' those the hypothesis before it agrees "
+        "on (without the `agree_min_age_s` wait: the audio after them is silence). One more "
+        "fast inference per pause. Off: 'all' repeated sentences of a dense reading on "
+        "held-out (docs/asr.md, 2026-12-05).",
+    )
+    age_carry: bool = Field(
+        False,
+        description="With fast updates: a hypothesis that stops short of the pending words "
+        "(a truncated or empty reading: common in noise) keeps them pending instead of "
+        "dropping them, so `max_word_delay_s` still bounds their commit. Off: alone it cut "
+        "dev's first-commit p95 3.95 -> 2.95 s at the same WER, but with `age_each_window` "
+        "it raised dev WER 42.0% -> 50.9% (docs/asr.md, 2026-12-05).",
+    )
     agree_min_p: float = Field(
         0.0,
         ge=0.0,

@@ -75,12 +75,21 @@ class LocalAgreement:
     `time_tolerance_s` is how much earlier than the last committed word's end a new word may
     start and still count as new; `ngram_window_s` bounds how far after that end an n-gram
     repeat of the committed tail is still treated as timestamp jitter (and dropped).
+    `carry`: a hypothesis that stops short of the pending words (it heard nothing there: a
+    truncated or empty reading, common in noise) keeps them pending after its own words instead
+    of forgetting them, so they can still agree with a later one or age (`commit_until`).
     """
 
     def __init__(
-        self, *, time_tolerance_s: float = 0.1, ngram_window_s: float = 0.5, max_ngram: int = 5
+        self,
+        *,
+        time_tolerance_s: float = 0.1,
+        ngram_window_s: float = 0.5,
+        max_ngram: int = 5,
+        carry: bool = False,
     ) -> None:
         self.time_tolerance_s = time_tolerance_s
+        self.carry = carry
         self.ngram_window_s = ngram_window_s
         self.max_ngram = max_ngram
         #: Media time where the last committed word ends (-inf before the first commit).
@@ -130,14 +139,22 @@ class LocalAgreement:
         ):
             n += 1
         committed = new[:n]
-        self._prev = new[n:]
         self._commit(committed)
+        self._prev = self._carried(new[n:], prev)
         return committed
 
     def observe(self, hypothesis: Sequence[Word]) -> None:
         """Take `hypothesis` as the pending (partial) transcript without committing anything:
         for hypotheses too unreliable to commit from, which a later one must confirm."""
-        self._prev = self.new_words(hypothesis)
+        self._prev = self._carried(self.new_words(hypothesis), self._prev)
+
+    def _carried(self, new: list[Word], prev: list[Word] | None) -> list[Word]:
+        """`new` pending words, followed (with `carry`) by the `prev` pending words that lie
+        after its last word: time the new hypothesis said nothing about."""
+        if not self.carry or not prev:
+            return new
+        last = max(new[-1].t_end if new else float("-inf"), self.committed_end)
+        return [*new, *(w for w in prev if (w.t_start + w.t_end) / 2 > last)]
 
     def commit_all(self, hypothesis: Sequence[Word] | None = None) -> list[Word]:
         """Commit all of `hypothesis` (default: the pending words) that is new; clear pending.

@@ -45,7 +45,13 @@ from streamfuse.audio.priming import (
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
 from streamfuse.audio.vad import GateEvent, SileroVad, SpeechGate, VadChunk
 from streamfuse.errors import StageError
-from streamfuse.events import AsrPartialPayload, AsrPayload, AsrRevisionPayload, AsrWord
+from streamfuse.events import (
+    AsrCommitRule,
+    AsrPartialPayload,
+    AsrPayload,
+    AsrRevisionPayload,
+    AsrWord,
+)
 from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, AudioFrame, EventFrame, Frame, now_wall
 from streamfuse.pipeline.stage import Stage
 from streamfuse.telemetry.metrics import ModelInfo, instruments
@@ -91,7 +97,7 @@ class AsrStage(Stage):
         self._vad = vad
         cfg = self.config
         self._gate = SpeechGate(cfg.vad_start_threshold, cfg.vad_end_threshold, cfg.min_silence_s)
-        self._policy = LocalAgreement()
+        self._policy = LocalAgreement(carry=cfg.age_carry)
         self._stream_id = "main"
         # Audio buffer: samples from media time `_buf_t0`.
         self._chunks: list[np.ndarray] = []
@@ -197,6 +203,12 @@ class AsrStage(Stage):
             self._keep_context()  # silence: no inference
             return
         cfg = self.config
+        if cfg.age_each_window and cfg.max_word_delay_s > 0:
+            # A word's age bound is kept to the window, not to the next update's end.
+            until = min(self._buf_end - cfg.max_word_delay_s, self._hyp_end - cfg.agree_min_age_s)
+            aged = self._policy.commit_until(until, min_p=cfg.agree_min_p)
+            if aged:
+                yield self._asr_event(aged, "age")
         window_s = len(frame.samples) / AUDIO_SAMPLE_RATE_HZ
         if self.live and self.backlog * window_s > cfg.coalesce_after_s:
             return  # behind: coalesce the queued audio into the next inference
@@ -211,6 +223,9 @@ class AsrStage(Stage):
             and self._gate.silence_since is not None
             and self._last_update_end < self._gate.silence_since + cfg.pause_update_s
         )
+        if pause and cfg.pause_commit != "off" and cfg.fast_updates:
+            async for out in self._pause_commit():
+                yield out
         if due or pause:
             # The pause update is the one an utterance-end commit reuses: full window.
             async for out in self._update(fast=cfg.fast_updates and not pause, closing=pause):
@@ -223,12 +238,13 @@ class AsrStage(Stage):
         if self._speech_start is not None and self._n > 0:
             start = self._lookback_start(self._buf_end)
             words = await self._transcribe(self._buf_end, start=start)
-            for out in self._close_utterance(words, self._buf_t0 if start is None else start):
+            start = self._buf_t0 if start is None else start
+            for out in self._close_utterance(words, start, rule="stream_end"):
                 yield out
         else:
             committed = self._policy.commit_all()
             if committed:
-                yield self._asr_event(committed)
+                yield self._asr_event(committed, "stream_end")
         partial = self._partial_event([])
         if partial is not None:
             yield partial
@@ -248,27 +264,39 @@ class AsrStage(Stage):
             self._full_start = start if start is not None else (self._buf_t0 or 0.0)
         assert self._buf_t0 is not None
         waiting_since = max(self._policy.committed_end, self._speech_start or self._buf_t0)
-        if fast and end - waiting_since < self.config.max_pending_s:
+        cfg = self.config
+        if fast and end - waiting_since < cfg.max_pending_s:
             self._policy.observe(words)  # a partial only: a full-window pass commits
-            committed = []
         else:
-            cfg = self.config
-            committed = self._policy.insert(
+            agreed = self._policy.insert(
                 words,
                 min_p=cfg.agree_min_p if fast else 0.0,
                 before=end - cfg.agree_min_age_s if fast else float("inf"),
             )
-        if self.config.max_word_delay_s > 0:
-            committed += self._policy.commit_until(
-                end - self.config.max_word_delay_s, min_p=self.config.agree_min_p
-            )
-        if committed:
-            yield self._asr_event(committed)
+            if agreed:
+                yield self._asr_event(agreed, "pause" if closing else "agreement")
+        if cfg.max_word_delay_s > 0:
+            aged = self._policy.commit_until(end - cfg.max_word_delay_s, min_p=cfg.agree_min_p)
+            if aged:
+                yield self._asr_event(aged, "age")
         partial = self._partial_event(self._policy.pending)
         if partial is not None:
             yield partial
         async for out in self._maybe_trim():
             yield out
+
+    async def _pause_commit(self) -> AsyncIterator[Frame]:
+        """A pause began: a fast pass over the buffer commits what it hears before the pause
+        (all of its words, or those the hypothesis before it agrees on: `pause_commit`), ahead
+        of the slower full pass."""
+        words = await self._transcribe(self._buf_end, fast=True)
+        if self.config.pause_commit == "agreed":
+            committed = self._policy.insert(words, min_p=self.config.agree_min_p)
+        else:
+            self._policy.observe(words)
+            committed = self._policy.commit_until(self._buf_end)
+        if committed:
+            yield self._asr_event(committed, "pause_tail")
 
     async def _finalize(self, speech_end: float) -> AsyncIterator[Frame]:
         """An utterance ended (VAD silence): commit its whole hypothesis, restart the buffer."""
@@ -287,7 +315,7 @@ class AsrStage(Stage):
             hypothesis, start = self._full_hyp, self._full_start
         else:
             hypothesis = await self._transcribe(cut, start=lookback)
-        for out in self._close_utterance(hypothesis, start):
+        for out in self._close_utterance(hypothesis, start, rule="utterance_end"):
             yield out
         partial = self._partial_event([])
         if partial is not None:
@@ -302,7 +330,9 @@ class AsrStage(Stage):
         self._full_hyp = []
         self._utterance_from = self._policy.committed_end
 
-    def _close_utterance(self, hypothesis: list[Word], start: float) -> list[EventFrame]:
+    def _close_utterance(
+        self, hypothesis: list[Word], start: float, *, rule: AsrCommitRule
+    ) -> list[EventFrame]:
         """The utterance ended: its full-window `hypothesis` (of the audio from media time
         `start`) corrects what was committed of it, and with a lookback of the utterances
         before (`asr_revision` events, when `revise` is on and they differ); it commits the
@@ -314,7 +344,7 @@ class AsrStage(Stage):
             events += self._revisions(heard, start)
         committed = self._policy.commit_all(hypothesis)
         if committed:
-            events.append(self._asr_event(committed))
+            events.append(self._asr_event(committed, rule))
         return events
 
     def _revisions(self, heard: list[Word], start: float) -> list[EventFrame]:
@@ -402,7 +432,7 @@ class AsrStage(Stage):
             return
         committed = self._policy.commit_until(self._buf_end - 2.0)
         if committed:
-            yield self._asr_event(committed)
+            yield self._asr_event(committed, "trim")
         t = self._policy.committed_end
         if t <= self._buf_t0:
             t = self._buf_end - cfg.trim_after_s / 2
@@ -464,7 +494,8 @@ class AsrStage(Stage):
         return words
 
     # -- events ---------------------------------------------------------------------------
-    def _asr_event(self, words: Sequence[Word]) -> EventFrame:
+    def _asr_event(self, words: Sequence[Word], rule: AsrCommitRule) -> EventFrame:
+        """Commit `words` by `rule` (named in the event: which rule a word's latency is owed to)."""
         self._history.extend(words)
         arrival = self._arrival_of(words[-1].t_end)
         latency_s = max(0.0, now_wall() - arrival)
@@ -476,7 +507,9 @@ class AsrStage(Stage):
             t_media=words[0].t_start,
             t_end=words[-1].t_end,
             arrival_wall=arrival,
-            payload=AsrPayload(text=join_words(words), words=[self._word(w) for w in words]),
+            payload=AsrPayload(
+                text=join_words(words), words=[self._word(w) for w in words], rule=rule
+            ),
         )
 
     def _word(self, word: Word) -> AsrWord:
