@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from streamfuse.errors import ConfigError
-from streamfuse.lm.config import LMConfig
+from streamfuse.lm.config import LMConfig, WeightFormat
 from streamfuse.lm.dropping import (
     AttentionAccumulator,
     ContextInfo,
@@ -94,6 +94,28 @@ def test_after_a_mid_network_drop_every_layer_holds_the_kept_rows_at_compact_pos
     torch.testing.assert_close(pool.v[0][0][:, :m], fresh.v[0][0][:, :m])
     # Layers that ran after the last drop computed exactly the kept rows: nothing beyond m.
     assert float(pool.k[5][0][:, m:].abs().sum()) == 0.0
+
+
+@pytest.mark.parametrize("weights", ["fp32", "int8"])
+def test_dropping_runs_on_the_eager_path(weights: WeightFormat) -> None:
+    """Without the compiled kernels (fp32 weights, or int8 where they cannot be built) a drop
+    shrinks the rows mid-forward too: the input-level cut equals a plain forward of the kept
+    tokens, and a cut after layer 1 leaves the slot as if only the kept rows had run."""
+    tiny = tiny_model(tiny_config(num_layers=6, sliding_window=16), weights=weights, seed=3)
+    eager = GemmaModel(tiny.config, tiny.weights, fused=False)
+    ids = prompt(1)
+    pool = eager.kv_pool(num_slots=1, max_tokens=N + 8)
+    r = compress_prefill(eager, ids, pool, 0, "random", 0.5, query_rows=QUERY, seed=4)
+    kept = [ids[i] for i in r.kept]
+    ref = eager.kv_pool(num_slots=1, max_tokens=N + 8)
+    logits = eager.forward(torch.tensor(kept), [Segment(0, 0, len(kept))], ref)
+    torch.testing.assert_close(r.logits, logits[-1])
+    pool = eager.kv_pool(num_slots=1, max_tokens=N + 8)
+    r = compress_prefill(eager, ids, pool, 0, "ours", 0.25, query_rows=QUERY, info=info())
+    m = len(r.kept)
+    fresh = eager.kv_pool(num_slots=1, max_tokens=N + 8)
+    eager.forward(torch.tensor([ids[i] for i in r.kept]), [Segment(0, 0, m)], fresh)
+    torch.testing.assert_close(pool.k[0][0][:, :m], fresh.k[0][0][:, :m], atol=1e-5, rtol=1e-4)
 
 
 def test_ratio_one_is_the_plain_forward(model: GemmaModel) -> None:

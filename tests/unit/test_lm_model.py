@@ -78,6 +78,25 @@ def test_incremental_decode_equals_full_forward() -> None:
     assert torch.allclose(torch.cat(steps), full, atol=1e-5)
 
 
+def test_chunked_prefill_across_the_window_equals_one_batched_forward() -> None:
+    """Chunks as the live stage feeds them (short lines, a long one past the window, single
+    tokens) give the batched forward's logits in float32: positions, RoPE offsets and the
+    sliding-window mask with a cache are the same on both paths (only the order of float sums
+    differs). The int8 path differs more (docs/token-dropping.md, "noise floor")."""
+    model = tiny_model(weights="fp32")
+    ids = [2, *range(3, 93)]  # 91 tokens, window 8
+    pool = _pool(model, max_tokens=128)
+    full = _full(model, ids, pool=pool)
+    out, start = [], 0
+    for size in (1, 5, 40, 1, 3, 33, 8):  # 40 and 33 rows: the fused (SDPA) chunk path at start > 0
+        out.append(
+            model.forward(torch.tensor(ids[start : start + size]), [Segment(1, start, size)], pool)
+        )
+        start += size
+    assert start == len(ids)
+    assert torch.allclose(torch.cat(out), full, atol=1e-5)
+
+
 def test_int8_rows_do_not_depend_on_the_batch() -> None:
     """Per-row int8: a sequence's logits are bit-identical alone or batched with others."""
     model = tiny_model(weights="int8")

@@ -303,15 +303,16 @@ class GemmaModel:
                         li, x, drop, pool, segments[0]
                     )
                 continue
+            alive = x.shape[0]  # fewer than `rows` once a DropPlan has cut
             h = self._norm(x, lw.attn_norm)
             qkv = lw.qkv(h)
             # q and k heads side by side: one RMSNorm (per-head multipliers) and one RoPE.
-            qk = qkv[:, : q_width + kv_width].view(rows, H + KV, D)
+            qk = qkv[:, : q_width + kv_width].view(alive, H + KV, D)
             qk = F.rms_norm(qk, (D,), None, c.rms_norm_eps).mul_(self._qk_norm[li])
             rot = torch.roll(qk, D // 2, dims=-1)  # (x2, x1); rotate_half's sign is in `sin`
             qk = qk.mul_(cos[:, None, :]).addcmul_(rot, sin[:, None, :])
             q, k = qk[:, :H], qk[:, H:]
-            v = qkv[:, q_width + kv_width :].view(rows, KV, D)
+            v = qkv[:, q_width + kv_width :].view(alive, KV, D)
             # Write K/V in place: the pool tensors are (slots, kv, tokens, dim); index the
             # (slots, tokens) pair through a permuted view so no copy is made.
             pool.k[li].permute(0, 2, 1, 3).index_put_((slot_idx, pos), k)
