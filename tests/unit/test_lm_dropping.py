@@ -22,6 +22,7 @@ from streamfuse.lm.dropping import (
 )
 from streamfuse.lm.engine import LMEngine, Request
 from streamfuse.lm.gemma import GemmaModel, Segment
+from streamfuse.lm.kv_pool import KVPool
 from streamfuse.testing.tiny_lm import tiny_config, tiny_model
 
 pytestmark = pytest.mark.unit
@@ -67,7 +68,8 @@ def test_plan_keeps_sinks_and_query_and_the_requested_count(model: GemmaModel) -
         assert r.kept == sorted(set(r.kept))
 
 
-def test_input_level_drop_equals_a_plain_forward_of_the_kept_tokens(model: GemmaModel) -> None:
+def _check_input_level_drop(model: GemmaModel) -> None:
+    """A cut before layer 0 equals a plain forward of the kept tokens."""
     ids = prompt(1)
     pool = model.kv_pool(num_slots=1, max_tokens=N + 8)
     r = compress_prefill(model, ids, pool, 0, "random", 0.5, query_rows=QUERY, seed=4)
@@ -77,12 +79,9 @@ def test_input_level_drop_equals_a_plain_forward_of_the_kept_tokens(model: Gemma
     torch.testing.assert_close(r.logits, logits[-1])
 
 
-def test_after_a_mid_network_drop_every_layer_holds_the_kept_rows_at_compact_positions(
-    model: GemmaModel,
-) -> None:
-    """Layer 0 keys depend only on the token and its position: after dropping (and moving the
-    earlier layers' rows with a RoPE re-rotation) they equal a fresh computation of the kept
-    tokens at positions 0..m-1. The slot then decodes like any other."""
+def _check_mid_network_drop(model: GemmaModel) -> tuple[KVPool, int]:
+    """After a cut mid-network, layer 0 holds the kept rows as a fresh computation of the kept
+    tokens at positions 0..m-1 would; returns the slot's pool and m."""
     ids = prompt(2)
     pool = model.kv_pool(num_slots=1, max_tokens=N + 8)
     r = compress_prefill(model, ids, pool, 0, "ours", 0.25, query_rows=QUERY, info=info())
@@ -92,6 +91,20 @@ def test_after_a_mid_network_drop_every_layer_holds_the_kept_rows_at_compact_pos
     model.forward(torch.tensor([ids[i] for i in r.kept]), [Segment(0, 0, m)], fresh)
     torch.testing.assert_close(pool.k[0][0][:, :m], fresh.k[0][0][:, :m], atol=1e-5, rtol=1e-4)
     torch.testing.assert_close(pool.v[0][0][:, :m], fresh.v[0][0][:, :m])
+    return pool, m
+
+
+def test_input_level_drop_equals_a_plain_forward_of_the_kept_tokens(model: GemmaModel) -> None:
+    _check_input_level_drop(model)
+
+
+def test_after_a_mid_network_drop_every_layer_holds_the_kept_rows_at_compact_positions(
+    model: GemmaModel,
+) -> None:
+    """Layer 0 keys depend only on the token and its position: after dropping (and moving the
+    earlier layers' rows with a RoPE re-rotation) they equal a fresh computation of the kept
+    tokens at positions 0..m-1. The slot then decodes like any other."""
+    pool, m = _check_mid_network_drop(model)
     # Layers that ran after the last drop computed exactly the kept rows: nothing beyond m.
     assert float(pool.k[5][0][:, m:].abs().sum()) == 0.0
 
@@ -103,19 +116,8 @@ def test_dropping_runs_on_the_eager_path(weights: WeightFormat) -> None:
     tokens, and a cut after layer 1 leaves the slot as if only the kept rows had run."""
     tiny = tiny_model(tiny_config(num_layers=6, sliding_window=16), weights=weights, seed=3)
     eager = GemmaModel(tiny.config, tiny.weights, fused=False)
-    ids = prompt(1)
-    pool = eager.kv_pool(num_slots=1, max_tokens=N + 8)
-    r = compress_prefill(eager, ids, pool, 0, "random", 0.5, query_rows=QUERY, seed=4)
-    kept = [ids[i] for i in r.kept]
-    ref = eager.kv_pool(num_slots=1, max_tokens=N + 8)
-    logits = eager.forward(torch.tensor(kept), [Segment(0, 0, len(kept))], ref)
-    torch.testing.assert_close(r.logits, logits[-1])
-    pool = eager.kv_pool(num_slots=1, max_tokens=N + 8)
-    r = compress_prefill(eager, ids, pool, 0, "ours", 0.25, query_rows=QUERY, info=info())
-    m = len(r.kept)
-    fresh = eager.kv_pool(num_slots=1, max_tokens=N + 8)
-    eager.forward(torch.tensor([ids[i] for i in r.kept]), [Segment(0, 0, m)], fresh)
-    torch.testing.assert_close(pool.k[0][0][:, :m], fresh.k[0][0][:, :m], atol=1e-5, rtol=1e-4)
+    _check_input_level_drop(eager)
+    _check_mid_network_drop(eager)
 
 
 def test_ratio_one_is_the_plain_forward(model: GemmaModel) -> None:
