@@ -882,7 +882,7 @@ class UdpReceiver(_UdpEnd):
                 self._deliver(m)
             else:
                 self._done[seq] = m
-                self._advance(now)
+                self._release()
 
     def _abandon(self, seq: int, now: float) -> None:
         """The sender withdrew message `seq`: skip it at once, not at its deadline (what
@@ -895,7 +895,7 @@ class UdpReceiver(_UdpEnd):
             self._known_since.setdefault(missing, now)
         self._highest = max(self._highest, seq)
         self._skip(seq)
-        self._advance(now)
+        self._release()
 
     def _deliver(self, m: Message) -> None:
         self.stats.delivered += 1
@@ -928,7 +928,8 @@ class UdpReceiver(_UdpEnd):
         return back == 0 or self._settled_already(header.sequence - back)
 
     def _advance(self, now: float) -> None:
-        # Skip what is too late to be useful, whatever its lane (its stragglers count as late).
+        """Skip what is too late to be useful, whatever its lane (its stragglers count as
+        late), then deliver what that released (the tick's work)."""
         for seq in range(self._next, self._highest + 1):
             if seq in self._done or seq in self._settled:
                 continue
@@ -938,8 +939,11 @@ class UdpReceiver(_UdpEnd):
                 self.stats.late_dropped += 1
                 self._incomplete.pop(seq, None)
                 self._skip(seq)
-        # Deliver each complete message whose predecessor is settled, oldest first, until
-        # none is left that may go.
+        self._release()
+
+    def _release(self) -> None:
+        """Deliver each complete message whose predecessor is settled, oldest first, until
+        none is left that may go."""
         delivered = True
         while delivered and self._done:
             delivered = False
