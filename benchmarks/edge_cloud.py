@@ -779,7 +779,6 @@ async def replay(
     latencies = {s: got[s][1] - tx.send_wall[s] for s in sent if s in got}
     in_time = {s for s, lat in latencies.items() if lat <= config.deadline_s}
     corrupted = sum(1 for s in got if s in sent and got[s][0] != sent[s][1])
-    lat = sorted(latencies.values())
     video = [s for s in sent if sent[s][0] == "VIDEO_PATCHES"]
     speech = [s for s in sent if sent[s][0] == "AUDIO_OPUS"]
 
@@ -787,6 +786,7 @@ async def replay(
         return round(sum(1 for s in seqs if s in in_time) / max(1, len(seqs)), 4)
 
     def quantile_ms(seqs: list[int], q: float) -> float | None:
+        """Nearest-rank quantile of the send -> delivery latency of `seqs` delivered, ms."""
         ms = sorted(1000 * latencies[s] for s in seqs if s in latencies)
         return round(ms[min(len(ms) - 1, int(q * len(ms)))], 1) if ms else None
 
@@ -800,10 +800,8 @@ async def replay(
         "late_dropped": rx.stats.late_dropped,
         "malformed_counted": rx.stats.malformed,
         "undecodable": undecodable,
-        "latency_p50_ms": round(1000 * lat[len(lat) // 2], 1) if lat else None,
-        "latency_p95_ms": round(1000 * lat[min(len(lat) - 1, int(0.95 * len(lat)))], 1)
-        if lat
-        else None,
+        "latency_p50_ms": quantile_ms(list(sent), 0.5),
+        "latency_p95_ms": quantile_ms(list(sent), 0.95),
         # Send -> delivery per modality (delivered messages only).
         "speech_latency_p50_ms": quantile_ms(speech, 0.5),
         "speech_latency_p95_ms": quantile_ms(speech, 0.95),
