@@ -604,6 +604,7 @@ class TextBoxes:
         self.det_max_side_px = det_max_side_px
         self.threads = threads
         self._det: Any = None
+        self._engine: Any = None
 
     def load(self) -> None:
         if self._det is not None:
@@ -622,6 +623,18 @@ class TextBoxes:
 
             raise ModelError("rapidocr did not load its text detector")
         self._det = engine.text_det
+        self._engine = engine
+
+    def recognizer(self) -> Any:
+        """rapidocr's text recognizer of this detector's engine (same settings: threads),
+        loaded on first use: what `transport.textlines.TextReader` runs on the boxes found."""
+        self.load()
+        rec = self._engine._load_rec_model()  # rapidocr loads it lazily, on the first text
+        if rec is None:
+            from streamfuse.errors import ModelError
+
+            raise ModelError("rapidocr did not load its text recognizer")
+        return rec
 
     def __call__(self, image: np.ndarray) -> list[BBox]:
         self.load()
