@@ -182,7 +182,7 @@ class Edge:
         self._sent_refs: deque[tuple[int, Reference]] = deque(maxlen=REFERENCES_HELD)
         policy = self.policy
         self.refiner = (
-            Refiner(sender, config, policy.budget_bytes, self._send_part)
+            Refiner(sender, config, policy.budget_bytes, self._send_part, work=self._work)
             if config.refine and isinstance(policy, DeadlineKeepPolicy)
             else None
         )
@@ -199,11 +199,12 @@ class Edge:
         if self.reader is not None and self.split.cost_s_per_px is None:
             self.split.cost_s_per_px = self.reader.load()
 
-    async def _work(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """`fn(*args)` on a worker thread, its wall time booked as the edge's busy time."""
+    async def _work(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`fn(*args, **kwargs)` on a worker thread, its wall time booked as the edge's busy
+        time (the split policy's CPU headroom)."""
         t0 = time.perf_counter()
         try:
-            return await asyncio.to_thread(fn, *args)
+            return await asyncio.to_thread(fn, *args, **kwargs)
         finally:
             self.split.observe_work(time.perf_counter() - t0, time.perf_counter())
 
@@ -239,7 +240,7 @@ class Edge:
                     self._gate_held = True
                 elif self.sender.lost(self._gate_seq):
                     gate.reset()  # past its deadline: the cloud shows an older picture
-            verdict = await asyncio.to_thread(gate.changed, key.image)
+            verdict = await self._work(gate.changed, key.image)
             if not verdict.changed:
                 self.report.skipped_key_frames += 1
                 return
@@ -288,7 +289,7 @@ class Edge:
             seq = self._send_patches(key, message)
         # What the cloud will rebuild, for later key frames to copy unchanged patches from.
         held = None if reference is None else {reference.index: reference.grey}
-        rebuilt = await asyncio.to_thread(
+        rebuilt = await self._work(
             decode_patches,
             message.payload,
             message.shape,
