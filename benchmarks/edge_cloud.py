@@ -562,6 +562,7 @@ def camera_events(clip: Path, truth: Any, seconds: float) -> dict[str, Any]:
         "ocr_events_cloud": sum(1 for r in records if r.get("type") == "ocr"),
         "key_frames_sent": report.key_frames,
         "key_frames_skipped": report.skipped_key_frames,
+        "key_frames_read_at_edge": report.edge_read_frames,
         "video_bytes": report.video_bytes,
     }
 
@@ -686,11 +687,11 @@ class EdgeWork:
         self.wall_s = 0.0
         self.cpu_s = 0.0
 
-    async def __call__(self, fn: Any, *args: Any) -> Any:
+    async def __call__(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         def timed() -> Any:
             t0, c0 = time.perf_counter(), time.thread_time()
             try:
-                return fn(*args)
+                return fn(*args, **kwargs)
             finally:
                 self.wall_s += time.perf_counter() - t0
                 self.cpu_s += time.thread_time() - c0
@@ -1400,7 +1401,9 @@ def main() -> None:
         log(
             f"split run via proxy ({LOSS5}): OCR CER {split['ocr_cer']}, ASR WER "
             f"{split['asr_wer']}, late {link['late_dropped']}, lost {report.proxy['lost']}, "
-            f"retransmits {report.sender['retransmits']} ({time.perf_counter() - t:.0f} s)"
+            f"retransmits {report.sender['retransmits']}, key frames read at the edge "
+            f"{report.edge_read_frames} (over budget: {len(report.split_decisions)}) "
+            f"({time.perf_counter() - t:.0f} s)"
         )
         out.update(
             ocr_cer_local=local["ocr_cer"],
@@ -1412,6 +1415,9 @@ def main() -> None:
             split_video_bytes=report.video_bytes,
             split_audio_bytes=report.audio_bytes,
             split_speech_s=report.speech_s,
+            # The edge-read split never engages where the link carries the pixels.
+            split_edge_read_frames=report.edge_read_frames,
+            split_decisions=report.split_decisions,
         )
 
         # 2. rate-accuracy, vision path
