@@ -1373,6 +1373,16 @@ def main() -> None:
     started = time.perf_counter()
     log(f"machine: {cpu_description()}")
     out: dict[str, Any] = {"quick": args.quick}
+    # Wall seconds per section, in order (where a run's time goes).
+    sections: dict[str, float] = {}
+    last = [started]
+
+    def mark(name: str) -> None:
+        now = time.perf_counter()
+        sections[name] = round(now - last[0], 1)
+        last[0] = now
+
+    out["section_s"] = sections
     with demo_files() as files:
         clip, truth_path = Path(files.clip), Path(files.truth)
         truth = load_truth(truth_path)
@@ -1420,6 +1430,7 @@ def main() -> None:
             split_decisions=report.split_decisions,
         )
 
+        mark("local_and_split_runs")
         # 2. rate-accuracy, vision path
         config = TransportConfig()
         keys, _fps = key_frames(clip)
@@ -1480,6 +1491,7 @@ def main() -> None:
             f"video + speech): {out['bytes_ratio_vs_live_720p']}x"
         )
 
+        mark("rate_accuracy_demo")
         # 3. link replays of the real messages
         speed = 3.0 if args.quick else 1.0
         video_items = [
@@ -1518,12 +1530,15 @@ def main() -> None:
         out["deadline_hit_rate_loss5"] = conditions["loss5"]["deadline_hit_rate"]
         out["corrupted_results_bursty"] = conditions["bursty"]["corrupted"]
 
+        mark("link_replays_demo")
         # 3b. a 200 kbit/s cap where it binds: filmed dense documents.
         out.update(
             cap_documents(args.quick, engine, detector, config, speech_items_, cap_conditions)
         )
 
+        mark("cap_200k_documents")
         out["model_split"] = model_split(clip, truth, 1 if args.quick else None)
+        mark("model_split")
 
         # 2b. the same rate-accuracy on a camera-like clip (a filmed screen)
         with tempfile.TemporaryDirectory() as tmp:
@@ -1568,6 +1583,7 @@ def main() -> None:
                     "bytes_ratio_vs_best_h264"
                 ]
 
+    mark("camera_clip")
     # 5. fuzz
     n = 10**5 if args.quick else 10**6
     t = time.perf_counter()
@@ -1595,6 +1611,8 @@ def main() -> None:
         text_lines_fuzz_crashes=text_fuzz.crashes,
         receive_loop=garbage,
     )
+    mark("fuzz")
+    log(f"wall seconds per section: {sections}")
     out["elapsed_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(out))
 
