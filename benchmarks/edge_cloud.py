@@ -706,6 +706,8 @@ class EdgeRead:
 
     split: EdgeReadPolicy
     reader: TextReader
+    #: The detector's quadrilaterals of each key frame's boxes, by key frame index.
+    quads: dict[int, list[np.ndarray]]
 
 
 async def replay(
@@ -854,7 +856,8 @@ async def replay(
                     split_decisions.append({"key": item.key_index, **decision.as_dict()})
                     if decision.edge_read:
                         t0 = time.perf_counter()
-                        reading = await work(edge_read.reader, key.image, boxes)
+                        quads = edge_read.quads.get(key.index)
+                        reading = await work(edge_read.reader, key.image, boxes, quads)
                         edge_read.split.observe_work(time.perf_counter() - t0, time.perf_counter())
                         edge_read.split.observe_read(width, reading.read_s)
                         text = encode_text_lines(
@@ -1031,7 +1034,9 @@ def cap_document(
         keys, _ = key_frames(doc)
     pages = document_pages(secs, 4.0, seed)
     truths = [" ".join(pages[min(len(pages) - 1, int(k.t_media / 4.0))]) for k in keys]
-    boxes = [detector(k.image) for k in keys]
+    regions = [detector.regions(k.image) for k in keys]
+    boxes = [[box for box, _quad in r] for r in regions]
+    quads = {k.index: [quad for _box, quad in r] for k, r in zip(keys, regions, strict=True)}
     refs = [read(engine, k.image) for k in keys]
     sent = edge_sends(keys, config)
     full_bytes = [len(encode_patches(keys[i], boxes[i], 1.0, config).payload) for i in sent]
@@ -1068,7 +1073,9 @@ def cap_document(
             "adaptive_edge_read",
             adaptive_policy(config),
             config,
-            EdgeRead(EdgeReadPolicy(config.deadline_s, prior_s_per_px=prior_s_per_px), reader),
+            EdgeRead(
+                EdgeReadPolicy(config.deadline_s, prior_s_per_px=prior_s_per_px), reader, quads
+            ),
         ),
         # The same with one delivery order and one pacer queue for everything (before lanes).
         ("adaptive_one_lane", adaptive_policy(one_lane), one_lane, None),
@@ -1087,7 +1094,9 @@ def cap_document(
             "edge_read_forced",
             adaptive_policy(config),
             config,
-            EdgeRead(AlwaysEdgeRead(config.deadline_s, prior_s_per_px=prior_s_per_px), reader),
+            EdgeRead(
+                AlwaysEdgeRead(config.deadline_s, prior_s_per_px=prior_s_per_px), reader, quads
+            ),
         ),
     ]
     for label, policy, cfg, edge_read in runs:

@@ -252,7 +252,8 @@ class Edge:
         if self.refiner is not None:
             self._withdraw(self.refiner.stop())  # the new picture goes first
         with _tracer.start_as_current_span("edge.key_frame", attributes={"t_media": key.t_media}):
-            boxes = await self._work(self.detector, key.image)
+            regions = await self._work(self.detector.regions, key.image)
+            boxes = [box for box, _quad in regions]
             if self._probe is not None:  # size the first key frame from a measured link
                 await self.sender.wait_acked(self._probe, 1.0)
                 self._probe = None
@@ -284,7 +285,8 @@ class Edge:
                         {"t": round(key.t_media, 3), **decision.as_dict()}
                     )
                     if decision.edge_read:
-                        return await self._edge_read(key, boxes, decision)
+                        quads = [quad for _box, quad in regions]
+                        return await self._edge_read(key, boxes, quads, decision)
             message = await self._work(self.policy.fit, link, encode)
             seq = self._send_patches(key, message)
         # What the cloud will rebuild, for later key frames to copy unchanged patches from.
@@ -311,12 +313,18 @@ class Edge:
         self.report.sent.append((seq, "video", self.sender.send_wall[seq]))
         return seq
 
-    async def _edge_read(self, key: KeyFrame, boxes: list[Any], decision: SplitDecision) -> int:
+    async def _edge_read(
+        self,
+        key: KeyFrame,
+        boxes: list[Any],
+        quads: list[np.ndarray],
+        decision: SplitDecision,
+    ) -> int:
         """Read `key` here and send its lines (the cloud emits them as its `ocr` event);
         returns the message's sequence number. The cloud holds no pixels of this frame:
         later key frames copy patches only from older ones."""
         assert self.reader is not None
-        reading = await self._work(self.reader, key.image, boxes)
+        reading = await self._work(self.reader, key.image, boxes, quads)
         self.split.observe_read(rec_width_px(boxes), reading.read_s)
         payload = encode_text_lines(
             key,

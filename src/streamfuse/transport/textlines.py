@@ -86,18 +86,31 @@ class TextReader:
         scores = [float(s) for s in out.scores][: len(txts)]
         return [str(t) for t in txts], scores
 
-    def __call__(self, image: np.ndarray, boxes: Sequence[BBox]) -> EdgeReading:
-        """Read the text in `boxes` (frame pixels) of `image` (RGB)."""
+    def __call__(
+        self,
+        image: np.ndarray,
+        boxes: Sequence[BBox],
+        quads: Sequence[np.ndarray] | None = None,
+    ) -> EdgeReading:
+        """Read the text in `boxes` (frame pixels) of `image` (RGB); with the detector's
+        `quads` (`TextBoxes.regions`, one per box), each read straightened as rapidocr crops
+        it (a camera's lines are tilted: a box's crop holds parts of the lines around it)."""
+        from rapidocr.utils.process_img import get_rotate_crop_image
+
         if self._rec is None:
             self.load()
         t0, c0 = time.perf_counter(), time.thread_time()
         h, w = image.shape[:2]
+        bgr = np.ascontiguousarray(image[..., ::-1])
         crops, kept = [], []
-        for x0, y0, x1, y1 in boxes:
+        for k, (x0, y0, x1, y1) in enumerate(boxes):
             x0, y0, x1, y1 = max(0, x0), max(0, y0), min(w, x1), min(h, y1)
             if x1 - x0 < 2 or y1 - y0 < 2:
                 continue
-            crops.append(np.ascontiguousarray(image[y0:y1, x0:x1, ::-1]))
+            if quads is not None:
+                crops.append(get_rotate_crop_image(bgr, np.array(quads[k], dtype=np.float32)))
+            else:
+                crops.append(np.ascontiguousarray(bgr[y0:y1, x0:x1]))
             kept.append((x0, y0, x1, y1))
         lines: list[ReadLine] = []
         if crops:
