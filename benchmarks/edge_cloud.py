@@ -10,8 +10,10 @@ Side by side in one run (docs/edge-cloud.md explains each figure):
 3. link replays of the split's real messages (patch tokens, Opus speech) at media pace through
    the proxy: deadline hit rate at 5% loss + 50 +- 20 ms; bursty Gilbert-Elliott loss ~10% +
    reordering + duplication + 1% corruption (messages delivered with a wrong payload: must be 0);
-   a 200 kbit/s cap with the adaptive (deadline) keep policy and its refinement vs the same
-   policy as it was (its old steps, no refinement) vs a fixed 70% keep ratio, on a filmed dense
+   a 200 kbit/s cap with the adaptive (deadline) keep policy and its refinement, the same with
+   the edge-read split (`EdgeReadPolicy`: the edge may read a frame and send its lines; the
+   full run adds that split forced), the policy as it was (its old steps, no refinement) and a
+   fixed 70% keep ratio (edge CPU seconds of each), on a filmed dense
    1080p document where the cap binds (per key frame: bytes, scale, grey levels, keep ratio,
    budget, latency, CER; CER against the page's true text too; the full run adds a second
    document in DejaVu Sans, and the demo, where the cap does not bind, and 64 kbit/s);
@@ -21,7 +23,7 @@ Side by side in one run (docs/edge-cloud.md explains each figure):
 5. codec fuzz (10^6 inputs; 10^5 with --quick) and garbage into a live receive loop.
 CPU timings on a shared machine are noisy; byte counts and accuracies are not.
 
-    python benchmarks/edge_cloud.py [--quick] [--only-cap]
+    python benchmarks/edge_cloud.py [--quick] [--only-cap] [--cap-conditions A,B] [--no-cache]
 Ends with one JSON line (`--only-cap`: the 200 kbit/s document comparison alone).
 """
 

@@ -20,12 +20,16 @@ from hypothesis import strategies as st
 
 from streamfuse.frames import ErrorFrame, EventFrame, Frame
 from streamfuse.testing import run_stage
+from streamfuse.testing.netfault import FaultConfig, FaultProxy
 from streamfuse.transport.cloud import CloudSource
 from streamfuse.transport.config import TransportConfig
+from streamfuse.transport.edge import Edge, EdgeReport
 from streamfuse.transport.fuzz import fuzz_text_lines
+from streamfuse.transport.patches import TextBoxes
 from streamfuse.transport.policy import DeadlineKeepPolicy, EdgeReadPolicy
 from streamfuse.transport.textlines import (
     MAX_BODY_BYTES,
+    EdgeReading,
     decode_text_lines,
     encode_text_lines,
     rec_width_px,
@@ -272,3 +276,85 @@ def test_the_cloud_turns_edge_text_into_key_frames_and_counts_malformed_ones() -
     # ... and the OCR stage downstream emits them as the cloud's `ocr` event.
     out = asyncio.run(run_stage(OcrStage(engine=NoEngine([])), keys))
     assert [e["read_by"] for e in events_of(out)] == ["edge"]
+
+
+class FixedRegions(TextBoxes):
+    """A detector that finds the given boxes (as axis-aligned quadrilaterals)."""
+
+    def __init__(self, boxes: list[tuple[int, int, int, int]]) -> None:
+        super().__init__()
+        self.boxes = boxes
+
+    def regions(self, image: np.ndarray) -> list[tuple[Any, np.ndarray]]:
+        return [
+            (b, np.array([[b[0], b[1]], [b[2], b[1]], [b[2], b[3]], [b[0], b[3]]], np.float32))
+            for b in self.boxes
+        ]
+
+
+class InstantReader:
+    """The edge's recognizer at a toy size: reads every box as "line k"."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, image: np.ndarray, boxes: Any, quads: Any = None) -> EdgeReading:
+        self.calls += 1
+        lines = tuple((f"line {k}", tuple(float(v) for v in b), 0.95) for k, b in enumerate(boxes))
+        return EdgeReading(lines, 0.01, 0.01)  # type: ignore[arg-type]
+
+
+def noisy_page(lines: int) -> tuple[KeyFrame, list[tuple[int, int, int, int]]]:
+    rng = np.random.default_rng(3)
+    image = np.full((720, 1280), 225.0)
+    boxes = []
+    for k in range(lines):
+        y0 = 20 + 34 * k
+        boxes.append((20, y0, 1260, y0 + 22))
+        for x in range(24, 1250, 9):
+            image[y0 + rng.integers(0, 12) : y0 + 10 + rng.integers(0, 12), x : x + 3] = 30
+    image += rng.normal(0, 4, image.shape)
+    rgb = np.repeat(np.clip(image, 0, 255).astype(np.uint8)[..., None], 3, axis=2)
+    return KeyFrame(stream_id="s", t_media=1.0, image=rgb, index=lines, reason="change"), boxes
+
+
+def test_the_edge_sends_text_for_a_frame_its_link_cannot_carry_and_pixels_otherwise() -> None:
+    config = TransportConfig(deadline_s=0.6, key_gate=False, refine=False)
+    dense, dense_boxes = noisy_page(20)
+    sparse, sparse_boxes = noisy_page(1)
+
+    async def run() -> tuple[list[Modality], EdgeReport, int]:
+        rx = await UdpReceiver.listen("127.0.0.1", 0, config)
+        proxy = FaultProxy(rx.address, FaultConfig(bandwidth_bps=200_000, delay_ms=20))
+        tx = await UdpSender.connect(*await proxy.start(), config)
+        got: list[Modality] = []
+
+        async def consume() -> None:
+            async for m in rx.messages():
+                got.append(m.header.modality)
+
+        consumer = asyncio.create_task(consume())
+        await tx.send_reliable(Packet(kind=Kind.CONTROL, modality=Modality.JSON), b"{}", 5)
+        reader = InstantReader()
+        for key, boxes in ((dense, dense_boxes), (sparse, sparse_boxes)):
+            edge = Edge(tx, config, detector=FixedRegions(boxes))
+            edge.reader = reader  # type: ignore[assignment]
+            edge.split.cost_s_per_px = 1e-7  # a fast recognizer, as measured at start
+            edge.opened({"stream_id": "s"})
+            await edge.key_frame(key)
+            await tx.drain(2.0)
+            report = edge.report
+        await rx.close()
+        await consumer
+        await tx.close()
+        await proxy.close()
+        return got, report, reader.calls
+
+    got, last, reads = asyncio.run(run())
+    # The dense page went as its lines (read once at the edge), the sparse one as pixels.
+    assert reads == 1
+    assert [m for m in got if m is not Modality.NONE] == [
+        Modality.TEXT_LINES,
+        Modality.VIDEO_PATCHES,
+    ]
+    assert last.edge_read_frames == 0 and last.split_decisions == []  # pixels fit: no check

@@ -2,7 +2,9 @@
 
 `run_edge(location, host, port)` opens the input like `streamfuse run` does, runs the change
 detector and the text detector on the video (key frames whose text changed since the last one
-sent become sparse patch tokens, sized by the keep-ratio policy from the measured link) and
+sent become sparse patch tokens, sized by the keep-ratio policy from the measured link, or,
+when the link cannot carry them in time and the edge's recognizer can, the lines it reads
+itself: `EdgeReadPolicy`, `transport.textlines`) and
 VAD on the audio (speech only, as Opus), and sends them over the deadline-aware UDP link
 (optionally through a local fault proxy). Returns `EdgeReport`: what was sent and what the link
 measured.
