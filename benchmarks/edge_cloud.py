@@ -205,14 +205,16 @@ def cached_clip(name: str, params: dict[str, Any], make: Any, tmp: Path) -> Path
     `tmp`, or made and stored in the cache)."""
     if not CACHE_DIR or not str(CACHE_DIR):
         return make(tmp / f"{name}.mp4")
+    # A source file counts by its bytes, not its path (the demo clip is unpacked afresh).
+    named = {
+        k: hashlib.sha256(v.read_bytes()).hexdigest() if isinstance(v, Path) else v
+        for k, v in params.items()
+    }
     digest = hashlib.sha256()
-    digest.update(json.dumps(params, sort_keys=True, default=str).encode())
+    digest.update(json.dumps(named, sort_keys=True, default=str).encode())
     for fn in (document_clip, camera_clip, document_pages):
         digest.update(inspect.getsource(fn).encode())
     digest.update(av.__version__.encode())
-    for value in params.values():
-        if isinstance(value, Path) and value.is_file():
-            digest.update(hashlib.sha256(value.read_bytes()).digest())
     path = CACHE_DIR / f"{name}-{digest.hexdigest()[:16]}.mp4"
     if not path.is_file():
         CACHE_DIR.mkdir(parents=True, exist_ok=True)
