@@ -10,8 +10,10 @@ Side by side in one run (docs/edge-cloud.md explains each figure):
 3. link replays of the split's real messages (patch tokens, Opus speech) at media pace through
    the proxy: deadline hit rate at 5% loss + 50 +- 20 ms; bursty Gilbert-Elliott loss ~10% +
    reordering + duplication + 1% corruption (messages delivered with a wrong payload: must be 0);
-   a 200 kbit/s cap with the adaptive (deadline) keep policy and its refinement vs the same
-   policy as it was (its old steps, no refinement) vs a fixed 70% keep ratio, on a filmed dense
+   a 200 kbit/s cap with the adaptive (deadline) keep policy and its refinement, the same with
+   the edge-read split (`EdgeReadPolicy`: the edge may read a frame and send its lines; the
+   full run adds that split forced), the policy as it was (its old steps, no refinement) and a
+   fixed 70% keep ratio (edge CPU seconds of each), on a filmed dense
    1080p document where the cap binds (per key frame: bytes, scale, grey levels, keep ratio,
    budget, latency, CER; CER against the page's true text too; the full run adds a second
    document in DejaVu Sans, and the demo, where the cap does not bind, and 64 kbit/s);
@@ -21,7 +23,7 @@ Side by side in one run (docs/edge-cloud.md explains each figure):
 5. codec fuzz (10^6 inputs; 10^5 with --quick) and garbage into a live receive loop.
 CPU timings on a shared machine are noisy; byte counts and accuracies are not.
 
-    python benchmarks/edge_cloud.py [--quick] [--only-cap]
+    python benchmarks/edge_cloud.py [--quick] [--only-cap] [--cap-conditions A,B] [--no-cache]
 Ends with one JSON line (`--only-cap`: the 200 kbit/s document comparison alone).
 """
 
@@ -30,14 +32,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
+import inspect
 import json
 import logging
+import os
 import random
 import socket
 import sys
+import tempfile
 import time
 from collections import deque
 from dataclasses import asdict, dataclass
+from dataclasses import replace as dataclass_replace
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +67,7 @@ from streamfuse.text import cer, char_errors, collapse_whitespace  # noqa: E402
 from streamfuse.transport.cloud import serve_cloud  # noqa: E402
 from streamfuse.transport.config import TransportConfig  # noqa: E402
 from streamfuse.transport.edge import held_reference, run_edge  # noqa: E402
-from streamfuse.transport.fuzz import fuzz_decode, fuzz_inputs  # noqa: E402
+from streamfuse.transport.fuzz import fuzz_decode, fuzz_inputs, fuzz_text_lines  # noqa: E402
 from streamfuse.transport.keygate import ContentGate  # noqa: E402
 from streamfuse.transport.patches import (  # noqa: E402
     REFERENCES_HELD,
@@ -71,14 +77,22 @@ from streamfuse.transport.patches import (  # noqa: E402
     encode_patches,
 )
 from streamfuse.transport.policy import (  # noqa: E402
+    FINEST,
     LEGACY_LADDER,
     DeadlineKeepPolicy,
+    EdgeReadPolicy,
     FixedKeepPolicy,
     KeepPolicy,
     Step,
 )
 from streamfuse.transport.refine import Refiner  # noqa: E402
 from streamfuse.transport.speech import SpeechEncoder  # noqa: E402
+from streamfuse.transport.textlines import (  # noqa: E402
+    TextReader,
+    decode_text_lines,
+    encode_text_lines,
+    rec_width_px,
+)
 from streamfuse.transport.udp import UdpReceiver, UdpSender  # noqa: E402
 from streamfuse.transport.wire import Kind, Modality, Packet, WireError  # noqa: E402
 from streamfuse.vision.change import ChangeTracker  # noqa: E402
@@ -158,8 +172,57 @@ def key_frames(clip: Path) -> tuple[list[KeyFrame], float]:
     return keys, fps
 
 
+#: OCR reads of this run by picture content: several conditions rebuild the same pictures (the
+#: same coding of a key frame under two link policies), and a read is the slow part here.
+_READS: dict[tuple[str, tuple[int, ...]], str] = {}
+
+
 def read(engine: RapidOcrEngine, image: np.ndarray) -> str:
-    return "\n".join(line.text.strip() for line in engine.read(image, 960).lines)
+    """The OCR text of `image` (960 px detector), each distinct picture read once per run."""
+    key = (hashlib.sha1(np.ascontiguousarray(image).data).hexdigest(), image.shape)
+    if key not in _READS:
+        _READS[key] = "\n".join(line.text.strip() for line in engine.read(image, 960).lines)
+    return _READS[key]
+
+
+def cloud_text(engine: RapidOcrEngine, frame: KeyFrame) -> str:
+    """What the cloud reads of a key frame it got: the edge's lines when the edge read it
+    (`read_lines`), else the OCR of its rebuilt picture."""
+    if frame.read_lines is not None:
+        return "\n".join(text.strip() for text, _box, _conf in frame.read_lines)
+    return read(engine, frame.image)
+
+
+#: Generated clips are kept here between runs, named by what makes them (parameters, the code
+#: of the generators, the source clip's bytes); `--no-cache` or STREAMFUSE_BENCH_CACHE="" off.
+CACHE_DIR: Path | None = Path(
+    os.environ.get("STREAMFUSE_BENCH_CACHE", Path(tempfile.gettempdir()) / "streamfuse-bench")
+)
+
+
+def cached_clip(name: str, params: dict[str, Any], make: Any, tmp: Path) -> Path:
+    """`make(dst)`'s clip, from the cache when one made the same way is there (else made in
+    `tmp`, or made and stored in the cache)."""
+    if not CACHE_DIR or not str(CACHE_DIR):
+        return make(tmp / f"{name}.mp4")
+    # A source file counts by its bytes, not its path (the demo clip is unpacked afresh).
+    named = {
+        k: hashlib.sha256(v.read_bytes()).hexdigest() if isinstance(v, Path) else v
+        for k, v in params.items()
+    }
+    digest = hashlib.sha256()
+    digest.update(json.dumps(named, sort_keys=True, default=str).encode())
+    for fn in (document_clip, camera_clip, document_pages):
+        digest.update(inspect.getsource(fn).encode())
+    digest.update(av.__version__.encode())
+    path = CACHE_DIR / f"{name}-{digest.hexdigest()[:16]}.mp4"
+    if not path.is_file():
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        part = make(tmp / f"{name}.mp4")
+        part_copy = path.with_suffix(f".{os.getpid()}.part")
+        part_copy.write_bytes(part.read_bytes())
+        part_copy.replace(path)  # atomic: a concurrent run never sees half a clip
+    return path
 
 
 def mean_cer(refs: list[str], hyps: list[str]) -> float:
@@ -470,7 +533,7 @@ def cloud_hyps(
     """What the cloud reads at each of `n` local key frames from the key frames it got in time
     (`frames`, by local position; `sent`: the positions the edge sent): the read of the last
     one sent by then, nothing where that one missed its deadline."""
-    reads = {i: read(engine, f.image) for i, f in frames.items()}
+    reads = {i: cloud_text(engine, f) for i, f in frames.items()}
     return [reads.get(sent[q], "") for q in held_at(sent, n)]
 
 
@@ -503,6 +566,7 @@ def camera_events(clip: Path, truth: Any, seconds: float) -> dict[str, Any]:
         "ocr_events_cloud": sum(1 for r in records if r.get("type") == "ocr"),
         "key_frames_sent": report.key_frames,
         "key_frames_skipped": report.skipped_key_frames,
+        "key_frames_read_at_edge": report.edge_read_frames,
         "video_bytes": report.video_bytes,
     }
 
@@ -618,16 +682,55 @@ def speech_items(clip: Path, config: TransportConfig) -> tuple[list[Item], int, 
     return items, sum(len(i.payload or b"") for i in items), encoder.speech_s
 
 
+class EdgeWork:
+    """The edge's blocking work in a replay (coding, rebuilding, refinement parts, reads),
+    run on worker threads as the edge runs it: wall seconds and the worker thread's CPU
+    seconds (the edge's onnxruntime sessions run one intra-op thread: the caller's)."""
+
+    def __init__(self) -> None:
+        self.wall_s = 0.0
+        self.cpu_s = 0.0
+
+    async def __call__(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        def timed() -> Any:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.wall_s += time.perf_counter() - t0
+                self.cpu_s += time.thread_time() - c0
+
+        return await asyncio.to_thread(timed)
+
+
+@dataclass
+class EdgeRead:
+    """The edge-read split in a replay: where it falls per key frame (`split`) and the edge's
+    recognizer (`reader`)."""
+
+    split: EdgeReadPolicy
+    reader: TextReader
+    #: The detector's quadrilaterals of each key frame's boxes, by key frame index.
+    quads: dict[int, list[np.ndarray]]
+
+
 async def replay(
     items: list[Item],
     faults: FaultConfig,
     config: TransportConfig,
     policy: KeepPolicy,
     speed: float,
+    edge_read: EdgeRead | None = None,
 ) -> dict[str, Any]:
     """Send `items` at media pace through the proxy; per message: delivered intact in time?
     A key frame sent coarser is refined after it as the edge does (`TransportConfig.refine`,
-    `Refiner`): its parts are messages of their own."""
+    `Refiner`): its parts are messages of their own. With `edge_read`, a key frame whose
+    pixels do not fit the budget may be read at the edge and sent as text lines (as `Edge`
+    does); such a message's latency runs from when the key frame was due, its read included.
+    """
+    work = EdgeWork()
+    ready_wall: dict[int, float] = {}  # edge-read messages: when their key frame was due
+    split_decisions: list[dict[str, Any]] = []
     rx = await UdpReceiver.listen("127.0.0.1", 0, config)
     proxy = FaultProxy(rx.address, faults)
     tx = await UdpSender.connect(*await proxy.start(), config)
@@ -669,7 +772,7 @@ async def replay(
         return seq
 
     refiner = (
-        Refiner(tx, config, policy.budget_bytes, send_part)
+        Refiner(tx, config, policy.budget_bytes, send_part, work=work)
         if config.refine and isinstance(policy, DeadlineKeepPolicy)
         else None
     )
@@ -680,6 +783,14 @@ async def replay(
     async def consume() -> None:
         async for m in rx.messages():
             got[m.header.sequence] = (hashlib.sha256(m.payload).hexdigest(), now_wall())
+            if m.header.modality is Modality.TEXT_LINES:
+                try:  # as `CloudSource` does: a malformed one is counted and dropped
+                    kept[m.header.sequence] = decode_text_lines(
+                        m.payload, stream_id="s", arrival_wall=0
+                    )
+                except WireError as e:
+                    undecodable.append(f"message {m.header.sequence}: {e}")
+                continue
             if m.header.modality is Modality.VIDEO_PATCHES:
                 try:
                     key = decode_patches(
@@ -721,22 +832,68 @@ async def replay(
                 coded.pop(withdrawn)
             reference = held_reference(sent_refs, tx.acked)
 
+            coded_steps: dict[tuple[float, Step], Any] = {}
+
             def encode(
                 keep: float,
                 step: Step,
                 key: KeyFrame = key,
                 boxes: list[Any] = boxes,
                 reference: Reference | None = reference,
+                memo: dict[tuple[float, Step], Any] = coded_steps,
             ) -> Any:
-                return encode_patches(key, boxes, keep, config, reference, *step)
+                if (keep, step) not in memo:  # the split's check codes the finest once
+                    memo[keep, step] = encode_patches(key, boxes, keep, config, reference, *step)
+                return memo[keep, step]
 
             # In a worker thread, as the edge does: the proxy and receiver share this loop.
             link = tx.estimate()
-            message = await asyncio.to_thread(policy.fit, link, encode)
             budget = policy.budget_bytes(link) if isinstance(policy, DeadlineKeepPolicy) else None
+            due = now_wall()
+            if edge_read is not None and budget is not None:
+                full = await work(encode, 1.0, FINEST)
+                if len(full.payload) > budget:
+                    width = rec_width_px(boxes)
+                    decision = edge_read.split.decide(
+                        link, budget, len(full.payload), width, len(boxes), time.perf_counter()
+                    )
+                    split_decisions.append({"key": item.key_index, **decision.as_dict()})
+                    if decision.edge_read:
+                        t0 = time.perf_counter()
+                        quads = edge_read.quads.get(key.index)
+                        reading = await work(edge_read.reader, key.image, boxes, quads)
+                        edge_read.split.observe_work(time.perf_counter() - t0, time.perf_counter())
+                        edge_read.split.observe_read(width, reading.read_s)
+                        text = encode_text_lines(
+                            key,
+                            reading.lines,
+                            read_ms=1000 * reading.read_s,
+                            det_side_px=config.det_max_side_px,
+                        )
+                        seq = tx.send(Packet(modality=Modality.TEXT_LINES), text)
+                        ready_wall[seq] = due
+                        key_of[seq] = item.key_index
+                        item_of[key.index] = item.key_index
+                        main[item.key_index] = seq
+                        coded[seq] = {
+                            "key": item.key_index,
+                            "t": round(key.t_media, 2),
+                            "bytes": len(text),
+                            "edge_read": True,
+                            "lines": len(reading.lines),
+                            "read_s": round(reading.read_s, 3),
+                            "read_cpu_s": round(reading.cpu_s, 3),
+                            "pixels_bytes": len(full.payload),
+                            "budget": round(budget),
+                        }
+                        sent[seq] = ("TEXT_LINES", hashlib.sha256(text).hexdigest())
+                        continue
+            message = await work(policy.fit, link, encode)
             ref_map = None if reference is None else {reference.index: reference.grey}
-            rebuilt = decode_patches(
-                message.payload, message.shape, stream_id="s", arrival_wall=0, references=ref_map
+            rebuilt = await work(
+                lambda m=message, r=ref_map: decode_patches(
+                    m.payload, m.shape, stream_id="s", arrival_wall=0, references=r
+                )
             )
             scales.append(round(message.scale, 3))
             keeps.append(round(message.keep_ratio, 4))
@@ -776,10 +933,10 @@ async def replay(
     await consumer
     await tx.close()
     await proxy.close()
-    latencies = {s: got[s][1] - tx.send_wall[s] for s in sent if s in got}
+    latencies = {s: got[s][1] - ready_wall.get(s, tx.send_wall[s]) for s in sent if s in got}
     in_time = {s for s, lat in latencies.items() if lat <= config.deadline_s}
     corrupted = sum(1 for s in got if s in sent and got[s][0] != sent[s][1])
-    video = [s for s in sent if sent[s][0] == "VIDEO_PATCHES"]
+    video = [s for s in sent if sent[s][0] in ("VIDEO_PATCHES", "TEXT_LINES")]
     speech = [s for s in sent if sent[s][0] == "AUDIO_OPUS"]
 
     def hit(seqs: list[int]) -> float:
@@ -836,6 +993,12 @@ async def replay(
         },
         "refine_parts": sum(len(v) for v in parts.values()),
         "refine_parts_abandoned": len(abandoned),
+        # The edge's blocking work (coding, rebuilding, refinement parts, reads): wall and the
+        # worker threads' CPU seconds; and where the split fell for each key frame over budget.
+        "edge_work_s": round(work.wall_s, 2),
+        "edge_cpu_s": round(work.cpu_s, 2),
+        "edge_read_frames": len(ready_wall),
+        "split_decisions": split_decisions,
     }
 
 
@@ -854,27 +1017,30 @@ def cap_document(
     seed: int = 21,
     font: str | None = None,
     noise_seed: int = 7,
+    conditions: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """A filmed dense document through a 200 kbit/s cap with the demo's speech: the deadline
-    policy (its measured ladder, and the steps it had before) vs a fixed 70% keep ratio. Per
+    policy (its measured ladder, and the steps it had before; with the edge-read split, and
+    that split forced) vs a fixed 70% keep ratio (`conditions`: which of them). Per
     policy: deadline hits, and the OCR of what the cloud had in time against the local read of
     each key frame and against the page's true text (accuracy loss = that CER less the local
     read's, in points); per key frame sent: bytes, scale, grey levels, keep ratio, budget,
     latency, CER vs the local read."""
-    import tempfile
-
     t = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        doc = camera_clip(
-            document_clip(Path(tmp) / "doc.mp4", secs, fps=fps, seed=seed, font=font),
-            Path(tmp) / "doccam.mp4",
-            secs,
-            seed=noise_seed,
-        )
+
+        def film(dst: Path) -> Path:
+            page = document_clip(Path(tmp) / "doc.mp4", secs, fps=fps, seed=seed, font=font)
+            return camera_clip(page, dst, secs, seed=noise_seed)
+
+        params = {"s": secs, "fps": fps, "seed": seed, "font": font, "noise": noise_seed}
+        doc = cached_clip("doccam", params, film, Path(tmp))
         keys, _ = key_frames(doc)
     pages = document_pages(secs, 4.0, seed)
     truths = [" ".join(pages[min(len(pages) - 1, int(k.t_media / 4.0))]) for k in keys]
-    boxes = [detector(k.image) for k in keys]
+    regions = [detector.regions(k.image) for k in keys]
+    boxes = [[box for box, _quad in r] for r in regions]
+    quads = {k.index: [quad for _box, quad in r] for k, r in zip(keys, regions, strict=True)}
     refs = [read(engine, k.image) for k in keys]
     sent = edge_sends(keys, config)
     full_bytes = [len(encode_patches(keys[i], boxes[i], 1.0, config).payload) for i in sent]
@@ -897,24 +1063,54 @@ def cap_document(
     }
     before = config.model_copy(update={"refine": False})
     one_lane = config.model_copy(update={"lanes": False})
-    for label, policy, cfg in (
-        ("adaptive", adaptive_policy(config), config),
+    # The edge's recognizer, timed on a synthetic line: the split policy's prior cost.
+    reader = TextReader(detector)
+    prior_s_per_px = reader.load()
+    cap["edge_read_prior_s_per_px"] = prior_s_per_px
+    page_s = [round(prior_s_per_px * rec_width_px(boxes[i]), 2) for i in sent]
+    log(f"  edge recognizer: {prior_s_per_px * 1e6:.1f} us per px, predicted {page_s} s a page")
+    runs: list[tuple[str, KeepPolicy, TransportConfig, EdgeRead | None]] = [
+        ("adaptive", adaptive_policy(config), config, None),
+        # The same, and the split may move past the recognizer (`EdgeReadPolicy`, from the
+        # measured link and the edge's measured read cost and busy share).
+        (
+            "adaptive_edge_read",
+            adaptive_policy(config),
+            config,
+            EdgeRead(
+                EdgeReadPolicy(config.deadline_s, prior_s_per_px=prior_s_per_px), reader, quads
+            ),
+        ),
         # The same with one delivery order and one pacer queue for everything (before lanes).
-        ("adaptive_one_lane", adaptive_policy(one_lane), one_lane),
+        ("adaptive_one_lane", adaptive_policy(one_lane), one_lane, None),
         # The deadline policy as it was: its old steps (2 levels, the clean frames' scale),
         # no refinement.
         (
             "adaptive_before",
             DeadlineKeepPolicy(config.deadline_s, config.min_keep, ladder=LEGACY_LADDER),
             before,
+            None,
         ),
-        ("fixed70", FixedKeepPolicy(0.7), config),
-    ):
+        ("fixed70", FixedKeepPolicy(0.7), config, None),
+        # The edge reads every key frame over budget whatever its recognizer costs: what the
+        # edge-read split delivers where the policy finds the read too slow.
+        (
+            "edge_read_forced",
+            adaptive_policy(config),
+            config,
+            EdgeRead(
+                AlwaysEdgeRead(config.deadline_s, prior_s_per_px=prior_s_per_px), reader, quads
+            ),
+        ),
+    ]
+    for label, policy, cfg, edge_read in runs:
+        if label not in conditions:
+            continue
         t = time.perf_counter()
-        r = asyncio.run(replay(items, CAP200, cfg, policy, 1.0))
+        r = asyncio.run(replay(items, CAP200, cfg, policy, 1.0, edge_read))
         in_time, delivered = r.pop("kept_frames"), r.pop("delivered_frames")
         refined = r.pop("refined_frames")
-        reads = {i: read(engine, f.image) for i, f in delivered.items()}
+        reads = {i: cloud_text(engine, f) for i, f in delivered.items()}
         # In time: a key frame past its deadline reads as nothing (the cloud still shows the
         # one before). Delivered: every key frame that arrived at all, late or not.
         hyps = [reads[sent[q]] if sent[q] in in_time else "" for q in held_at(sent, len(keys))]
@@ -934,7 +1130,7 @@ def cap_document(
         if r["refine_parts"]:
             # What the cloud reads once the refinement of each key frame is through.
             final = {
-                i: reads[i] if refined[i][0] is in_time[i] else read(engine, refined[i][0].image)
+                i: reads[i] if refined[i][0] is in_time[i] else cloud_text(engine, refined[i][0])
                 for i in refined
             }
             hyps = [final.get(sent[q], "") for q in held_at(sent, len(keys))]
@@ -957,15 +1153,22 @@ def cap_document(
             f"  CER vs truth in time {vs_truth:.4f} (local {local_vs_truth:.4f}: "
             f"{r['accuracy_loss_points']:+.2f} points); per key frame: "
             + "; ".join(
-                f"{f['bytes']} B x{f['scale']} L{f['levels']} "
-                + (
-                    f"part {f['part']}"
-                    if "part" in f
-                    else f"keep {f['keep']} budget {f['budget']} CER {f['cer_vs_local']}"
+                (
+                    f"{f['bytes']} B of text read at the edge in {f['read_s']} s (pixels "
+                    f"{f['pixels_bytes']} B, budget {f['budget']}) CER {f['cer_vs_local']}"
+                    if f.get("edge_read")
+                    else f"{f['bytes']} B x{f['scale']} L{f['levels']} "
+                    + (
+                        f"part {f['part']}"
+                        if "part" in f
+                        else f"keep {f['keep']} budget {f['budget']} CER {f['cer_vs_local']}"
+                    )
                 )
                 + f" {f['latency_ms']} ms"
                 for f in r["key_frame_coding"]
             )
+            + f"; edge work {r['edge_work_s']} s wall, {r['edge_cpu_s']} s CPU; split "
+            + str([(d["key"], d["reason"], d["read_s"]) for d in r["split_decisions"]])
         )
     return cap
 
@@ -976,11 +1179,14 @@ def cap_documents(
     detector: TextBoxes,
     config: TransportConfig,
     speech: list[Item],
+    conditions: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
     """3b: filmed dense documents (1080p, 30 lines of text, ~40-70 KB key frames every 4 s)
     through a 200 kbit/s cap, the demo's speech alongside; the full run adds a second document
-    in another font, text and noise seed."""
+    in another font, text and noise seed, and the forced edge-read condition."""
     out: dict[str, Any] = {}
+    if conditions is None:
+        conditions = CAP_CONDITIONS if quick else (*CAP_CONDITIONS, "edge_read_forced")
     secs = 10.0 if quick else 30.0
     docs: list[tuple[str, int, str | None, int]] = [("cap200k", 21, None, 7)]
     if not quick:
@@ -996,17 +1202,41 @@ def cap_documents(
             seed=seed,
             font=font,
             noise_seed=noise,
+            conditions=conditions,
         )
     cap = out["cap200k"]
-    for label in ("adaptive", "adaptive_one_lane", "adaptive_before", "fixed70"):
+    for label in conditions:
         out[f"cap200k_deadline_hit_{label}"] = cap[label]["deadline_hit_rate"]
         out[f"cap200k_ocr_cer_in_time_{label}"] = cap[label]["ocr_cer_vs_local_in_time"]
         out[f"cap200k_accuracy_loss_points_{label}"] = cap[label]["accuracy_loss_points"]
         out[f"cap200k_speech_p95_ms_{label}"] = cap[label]["speech_latency_p95_ms"]
-    out["cap200k_accuracy_loss_points_adaptive_refined"] = cap["adaptive"].get(
-        "accuracy_loss_points_refined"
-    )
+        out[f"cap200k_edge_cpu_s_{label}"] = cap[label]["edge_cpu_s"]
+    if "adaptive" in cap:
+        out["cap200k_accuracy_loss_points_adaptive_refined"] = cap["adaptive"].get(
+            "accuracy_loss_points_refined"
+        )
     return out
+
+
+#: The cap section's conditions in `--quick` (the full run adds "edge_read_forced").
+CAP_CONDITIONS = (
+    "adaptive",
+    "adaptive_edge_read",
+    "adaptive_one_lane",
+    "adaptive_before",
+    "fixed70",
+)
+
+
+class AlwaysEdgeRead(EdgeReadPolicy):
+    """The edge reads every key frame whose pixels do not fit its budget, whatever the read
+    costs (the benchmark's forced condition)."""
+
+    def decide(self, *args: Any, **kwargs: Any) -> Any:
+        d = super().decide(*args, **kwargs)
+        if d.reason in ("read too slow", "edge busy", "read cost not measured"):
+            return dataclass_replace(d, edge_read=True, reason=f"forced ({d.reason})")
+        return d
 
 
 def adaptive_policy(config: TransportConfig) -> KeepPolicy:
@@ -1134,13 +1364,38 @@ def main() -> None:
         action="store_true",
         help="only the 200 kbit/s dense-document comparison (3b), with the demo's speech",
     )
+    parser.add_argument(
+        "--cap-conditions",
+        help="comma-separated conditions of the 200 kbit/s comparison (default: "
+        f"{','.join(CAP_CONDITIONS)}; the full run adds edge_read_forced)",
+    )
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="make the generated clips afresh (default: kept in $STREAMFUSE_BENCH_CACHE, or "
+        "streamfuse-bench under the temp dir, named by what makes them)",
+    )
     args = parser.parse_args()
+    global CACHE_DIR
+    if args.no_cache:
+        CACHE_DIR = None
+    cap_conditions = tuple(args.cap_conditions.split(",")) if args.cap_conditions else None
     logging.basicConfig(level=logging.WARNING)
     for noisy in ("RapidOCR", "faster_whisper", "onnxruntime"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
     started = time.perf_counter()
     log(f"machine: {cpu_description()}")
     out: dict[str, Any] = {"quick": args.quick}
+    # Wall seconds per section, in order (where a run's time goes).
+    sections: dict[str, float] = {}
+    last = [started]
+
+    def mark(name: str) -> None:
+        now = time.perf_counter()
+        sections[name] = round(now - last[0], 1)
+        last[0] = now
+
+    out["section_s"] = sections
     with demo_files() as files:
         clip, truth_path = Path(files.clip), Path(files.truth)
         truth = load_truth(truth_path)
@@ -1151,7 +1406,7 @@ def main() -> None:
             config = TransportConfig()
             detector, engine = TextBoxes(config.det_max_side_px), RapidOcrEngine()
             speech, _, _ = speech_items(clip, config)
-            out.update(cap_documents(args.quick, engine, detector, config, speech))
+            out.update(cap_documents(args.quick, engine, detector, config, speech, cap_conditions))
             out["elapsed_s"] = round(time.perf_counter() - started, 1)
             print(json.dumps(out))
             return
@@ -1169,7 +1424,9 @@ def main() -> None:
         log(
             f"split run via proxy ({LOSS5}): OCR CER {split['ocr_cer']}, ASR WER "
             f"{split['asr_wer']}, late {link['late_dropped']}, lost {report.proxy['lost']}, "
-            f"retransmits {report.sender['retransmits']} ({time.perf_counter() - t:.0f} s)"
+            f"retransmits {report.sender['retransmits']}, key frames read at the edge "
+            f"{report.edge_read_frames} (over budget: {len(report.split_decisions)}) "
+            f"({time.perf_counter() - t:.0f} s)"
         )
         out.update(
             ocr_cer_local=local["ocr_cer"],
@@ -1181,8 +1438,12 @@ def main() -> None:
             split_video_bytes=report.video_bytes,
             split_audio_bytes=report.audio_bytes,
             split_speech_s=report.speech_s,
+            # The edge-read split never engages where the link carries the pixels.
+            split_edge_read_frames=report.edge_read_frames,
+            split_decisions=report.split_decisions,
         )
 
+        mark("local_and_split_runs")
         # 2. rate-accuracy, vision path
         config = TransportConfig()
         keys, _fps = key_frames(clip)
@@ -1243,6 +1504,7 @@ def main() -> None:
             f"video + speech): {out['bytes_ratio_vs_live_720p']}x"
         )
 
+        mark("rate_accuracy_demo")
         # 3. link replays of the real messages
         speed = 3.0 if args.quick else 1.0
         video_items = [
@@ -1281,17 +1543,26 @@ def main() -> None:
         out["deadline_hit_rate_loss5"] = conditions["loss5"]["deadline_hit_rate"]
         out["corrupted_results_bursty"] = conditions["bursty"]["corrupted"]
 
+        mark("link_replays_demo")
         # 3b. a 200 kbit/s cap where it binds: filmed dense documents.
-        out.update(cap_documents(args.quick, engine, detector, config, speech_items_))
+        out.update(
+            cap_documents(args.quick, engine, detector, config, speech_items_, cap_conditions)
+        )
 
+        mark("cap_200k_documents")
         out["model_split"] = model_split(clip, truth, 1 if args.quick else None)
+        mark("model_split")
 
         # 2b. the same rate-accuracy on a camera-like clip (a filmed screen)
-        import tempfile
-
         with tempfile.TemporaryDirectory() as tmp:
             t = time.perf_counter()
-            camera = camera_clip(clip, Path(tmp) / "camera.mp4", 10.0 if args.quick else 20.0)
+            secs = 10.0 if args.quick else 20.0
+            camera = cached_clip(
+                "camera",
+                {"src": clip, "s": secs, "seed": 7},
+                lambda dst: camera_clip(clip, dst, secs),
+                Path(tmp),
+            )
             log(f"camera-like clip ({time.perf_counter() - t:.0f} s to make): vision path")
             out["camera"] = rate_accuracy(
                 camera,
@@ -1313,13 +1584,19 @@ def main() -> None:
             )
             if not args.quick:
                 # The same film with other sensor noise: the coding is not tuned to one draw.
-                camera = camera_clip(clip, Path(tmp) / "camera8.mp4", 20.0, seed=8)
+                camera = cached_clip(
+                    "camera",
+                    {"src": clip, "s": 20.0, "seed": 8},
+                    lambda dst: camera_clip(clip, dst, 20.0, seed=8),
+                    Path(tmp),
+                )
                 log("camera-like clip, noise seed 8: vision path")
                 out["camera_seed8"] = rate_accuracy(camera, (33, 38, 43), engine, config, truth)
                 out["bytes_ratio_vs_best_h264_camera_seed8"] = out["camera_seed8"][
                     "bytes_ratio_vs_best_h264"
                 ]
 
+    mark("camera_clip")
     # 5. fuzz
     n = 10**5 if args.quick else 10**6
     t = time.perf_counter()
@@ -1333,7 +1610,22 @@ def main() -> None:
         f"receive loop after {garbage['datagrams']} garbage datagrams: alive "
         f"{garbage['alive_after']}, counted {garbage['malformed_counted']}"
     )
-    out.update(fuzz_inputs=fuzz.inputs, fuzz_crashes=fuzz.crashes, receive_loop=garbage)
+    t = time.perf_counter()
+    text_fuzz = fuzz_text_lines(n // 10, seed=2026)
+    log(
+        f"text lines fuzz: {text_fuzz.inputs} inputs, {text_fuzz.packets} decoded, "
+        f"{text_fuzz.wire_errors} codec errors, {text_fuzz.crashes} crashes "
+        f"({time.perf_counter() - t:.0f} s)"
+    )
+    out.update(
+        fuzz_inputs=fuzz.inputs,
+        fuzz_crashes=fuzz.crashes,
+        text_lines_fuzz_inputs=text_fuzz.inputs,
+        text_lines_fuzz_crashes=text_fuzz.crashes,
+        receive_loop=garbage,
+    )
+    mark("fuzz")
+    log(f"wall seconds per section: {sections}")
     out["elapsed_s"] = round(time.perf_counter() - started, 1)
     print(json.dumps(out))
 

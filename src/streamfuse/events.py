@@ -118,6 +118,12 @@ class OcrPayload(Payload):
     frame_index: int = Field(ge=0, description="Index of the video frame read.")
     t_changed: float = Field(description="Media time the picture started to change.")
     reason: str = Field(description="Why the change detector made it a key frame.")
+    read_by: Literal["edge"] | None = Field(
+        None,
+        description="'edge': the edge of an edge-cloud split read this text itself from the "
+        "original frame and sent the lines (its link could not carry the pixels in time; "
+        "docs/edge-cloud.md), `ocr_ms` is its read; None: read by this node's OCR stage.",
+    )
 
 
 class AsrWord(BaseModel):

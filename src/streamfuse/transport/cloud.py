@@ -30,6 +30,7 @@ from streamfuse.transport.config import TransportConfig
 from streamfuse.transport.patches import REFERENCES_HELD, decode_patches
 from streamfuse.transport.speech import SpeechDecoder
 from streamfuse.transport.tcp import DualReceiver, TcpReceiver
+from streamfuse.transport.textlines import decode_text_lines
 from streamfuse.transport.udp import Message, UdpReceiver
 from streamfuse.transport.wire import Kind, Modality, WireError
 
@@ -62,6 +63,8 @@ class CloudSource(MediaSource):
         self.undecodable = 0
         self.video_messages = 0
         self.audio_messages = 0
+        #: TEXT_LINES messages: key frames the edge read itself (`transport.textlines`).
+        self.text_messages = 0
         self._messages = receiver.messages()
         self._early: list[Message] = []
         self._speech = SpeechDecoder()
@@ -186,6 +189,13 @@ class CloudSource(MediaSource):
             while len(self._refs) > REFERENCES_HELD:
                 del self._refs[next(iter(self._refs))]
             return [key]
+        if m.header.modality is Modality.TEXT_LINES and self.has_video:
+            # Lines the edge read itself (it could not send the pixels in time): the OCR stage
+            # emits them as its `ocr` event, `read_by` edge. Malformed: `WireError`, counted.
+            self.text_messages += 1
+            return [
+                decode_text_lines(m.payload, stream_id=self.stream_id, arrival_wall=m.complete_wall)
+            ]
         if m.header.modality is Modality.AUDIO_OPUS and self.has_audio:
             self.audio_messages += 1
             t, samples = self._speech.decode(m.payload)

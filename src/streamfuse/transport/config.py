@@ -162,6 +162,22 @@ class TransportConfig(BaseModel):
     refine_noisy_grey_levels: int = Field(
         2, ge=2, le=16, description="`noisy_grey_levels` of a refinement's parts."
     )
+    edge_read: bool = Field(
+        True,
+        description="Deadline policy only: when a key frame's pixels at their finest coding "
+        "do not fit what the link carries by the deadline, the edge may read the text itself "
+        "(its recognizer on the boxes its detector found) and send the lines instead "
+        "(`transport.textlines`), if its measured recognizer cost and CPU headroom let the "
+        "lines arrive in time (`policy.EdgeReadPolicy`); else the pixels go coarser as before. "
+        "Never on a link that carries the pixels. docs/edge-cloud.md.",
+    )
+    edge_read_max_busy: float = Field(
+        0.8,
+        gt=0.0,
+        le=1.0,
+        description="The edge reads text only while its measured busy share (blocking work "
+        "over the last 10 s, the read included) stays under this.",
+    )
     min_keep: float = Field(
         0.05, gt=0.0, le=1.0, description="The deadline policy never keeps less than this."
     )

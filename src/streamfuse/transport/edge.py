@@ -2,7 +2,9 @@
 
 `run_edge(location, host, port)` opens the input like `streamfuse run` does, runs the change
 detector and the text detector on the video (key frames whose text changed since the last one
-sent become sparse patch tokens, sized by the keep-ratio policy from the measured link) and
+sent become sparse patch tokens, sized by the keep-ratio policy from the measured link, or,
+when the link cannot carry them in time and the edge's recognizer can, the lines it reads
+itself: `EdgeReadPolicy`, `transport.textlines`) and
 VAD on the audio (speech only, as Opus), and sends them over the deadline-aware UDP link
 (optionally through a local fault proxy). Returns `EdgeReport`: what was sent and what the link
 measured.
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -38,10 +41,18 @@ from streamfuse.transport.patches import (
     decode_patches,
     encode_patches,
 )
-from streamfuse.transport.policy import DeadlineKeepPolicy, Step, make_keep_policy
+from streamfuse.transport.policy import (
+    FINEST,
+    DeadlineKeepPolicy,
+    EdgeReadPolicy,
+    SplitDecision,
+    Step,
+    make_keep_policy,
+)
 from streamfuse.transport.refine import Refiner
 from streamfuse.transport.speech import SpeechChunk, SpeechEncoder
 from streamfuse.transport.tcp import TcpSender, open_link
+from streamfuse.transport.textlines import TextReader, encode_text_lines, rec_width_px
 from streamfuse.transport.udp import UdpSender
 from streamfuse.transport.wire import Kind, Modality, Packet
 from streamfuse.vision.change import ChangeTracker
@@ -79,6 +90,13 @@ class EdgeReport:
     refine_parts: int = 0
     #: Refinement parts withdrawn before all of them left: a new key frame went first.
     refine_parts_abandoned: int = 0
+    #: Key frames the edge read itself and sent as text lines (`TransportConfig.edge_read`),
+    #: the bytes of those messages, and the recognizer's wall seconds on them.
+    edge_read_frames: int = 0
+    text_bytes: int = 0
+    edge_read_s: float = 0.0
+    #: Per key frame over its budget: where the split fell and why (`SplitDecision`).
+    split_decisions: list[dict[str, Any]] = field(default_factory=list)
     #: The edge's `link` events (the same records it relays to the cloud), oldest first.
     link_events: list[dict[str, Any]] = field(default_factory=list)
     #: Per message sent: (sequence, modality, edge wall time it was sent).
@@ -166,10 +184,31 @@ class Edge:
         self._sent_refs: deque[tuple[int, Reference]] = deque(maxlen=REFERENCES_HELD)
         policy = self.policy
         self.refiner = (
-            Refiner(sender, config, policy.budget_bytes, self._send_part)
+            Refiner(sender, config, policy.budget_bytes, self._send_part, work=self._work)
             if config.refine and isinstance(policy, DeadlineKeepPolicy)
             else None
         )
+        #: The edge's recognizer and where the split falls per key frame (deadline policy).
+        self.reader = (
+            TextReader(self.detector)
+            if config.edge_read and isinstance(policy, DeadlineKeepPolicy)
+            else None
+        )
+        self.split = EdgeReadPolicy(config.deadline_s, max_busy=config.edge_read_max_busy)
+
+    def load_reader(self) -> None:
+        """Load the edge's recognizer and time it (the split policy's prior); blocking."""
+        if self.reader is not None and self.split.cost_s_per_px is None:
+            self.split.cost_s_per_px = self.reader.load()
+
+    async def _work(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """`fn(*args, **kwargs)` on a worker thread, its wall time booked as the edge's busy
+        time (the split policy's CPU headroom)."""
+        t0 = time.perf_counter()
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        finally:
+            self.split.observe_work(time.perf_counter() - t0, time.perf_counter())
 
     async def open(self, info: dict[str, Any], timeout_s: float = 10.0) -> None:
         """Open the stream on the cloud (`info`: stream id, tracks, size) over this sender."""
@@ -203,7 +242,7 @@ class Edge:
                     self._gate_held = True
                 elif self.sender.lost(self._gate_seq):
                     gate.reset()  # past its deadline: the cloud shows an older picture
-            verdict = await asyncio.to_thread(gate.changed, key.image)
+            verdict = await self._work(gate.changed, key.image)
             if not verdict.changed:
                 self.report.skipped_key_frames += 1
                 return
@@ -215,22 +254,46 @@ class Edge:
         if self.refiner is not None:
             self._withdraw(self.refiner.stop())  # the new picture goes first
         with _tracer.start_as_current_span("edge.key_frame", attributes={"t_media": key.t_media}):
-            boxes = await asyncio.to_thread(self.detector, key.image)
+            regions = await self._work(self.detector.regions, key.image)
+            boxes = [box for box, _quad in regions]
             if self._probe is not None:  # size the first key frame from a measured link
                 await self.sender.wait_acked(self._probe, 1.0)
                 self._probe = None
             reference = self._reference()
+            coded: dict[tuple[float, Step], PatchMessage] = {}
 
             def encode(keep: float, step: Step) -> PatchMessage:
-                factor, levels = step
-                return encode_patches(key, boxes, keep, self.config, reference, factor, levels)
+                if (keep, step) not in coded:  # the split's check codes the finest once
+                    factor, levels = step
+                    coded[keep, step] = encode_patches(
+                        key, boxes, keep, self.config, reference, factor, levels
+                    )
+                return coded[keep, step]
 
             link = self.sender.estimate()
-            message = await asyncio.to_thread(self.policy.fit, link, encode)
+            if self.reader is not None and isinstance(self.policy, DeadlineKeepPolicy):
+                full = await self._work(encode, 1.0, FINEST)
+                budget = self.policy.budget_bytes(link)
+                if budget is not None and len(full.payload) > budget:
+                    decision = self.split.decide(
+                        link,
+                        budget,
+                        len(full.payload),
+                        rec_width_px(boxes),
+                        len(boxes),
+                        time.perf_counter(),
+                    )
+                    self.report.split_decisions.append(
+                        {"t": round(key.t_media, 3), **decision.as_dict()}
+                    )
+                    if decision.edge_read:
+                        quads = [quad for _box, quad in regions]
+                        return await self._edge_read(key, boxes, quads, decision)
+            message = await self._work(self.policy.fit, link, encode)
             seq = self._send_patches(key, message)
         # What the cloud will rebuild, for later key frames to copy unchanged patches from.
         held = None if reference is None else {reference.index: reference.grey}
-        rebuilt = await asyncio.to_thread(
+        rebuilt = await self._work(
             decode_patches,
             message.payload,
             message.shape,
@@ -250,6 +313,42 @@ class Edge:
         self._last_keep, self._last_scale = min(1.0, message.keep_ratio), message.scale
         self._tick(key.t_media)
         self.report.sent.append((seq, "video", self.sender.send_wall[seq]))
+        return seq
+
+    async def _edge_read(
+        self,
+        key: KeyFrame,
+        boxes: list[Any],
+        quads: list[np.ndarray],
+        decision: SplitDecision,
+    ) -> int:
+        """Read `key` here and send its lines (the cloud emits them as its `ocr` event);
+        returns the message's sequence number. The cloud holds no pixels of this frame:
+        later key frames copy patches only from older ones."""
+        assert self.reader is not None
+        reading = await self._work(self.reader, key.image, boxes, quads)
+        self.split.observe_read(rec_width_px(boxes), reading.read_s)
+        payload = encode_text_lines(
+            key,
+            reading.lines,
+            read_ms=1000 * reading.read_s,
+            det_side_px=self.config.det_max_side_px,
+        )
+        seq = self.sender.send(
+            Packet(
+                media_time_us=round(key.t_media * 1e6),
+                modality=Modality.TEXT_LINES,
+                traceparent=_traceparent(),
+            ),
+            payload,
+        )
+        log.debug("key frame %d read at the edge: %s", key.index, decision)
+        self.report.key_frames += 1
+        self.report.edge_read_frames += 1
+        self.report.text_bytes += len(payload)
+        self.report.edge_read_s = round(self.report.edge_read_s + reading.read_s, 3)
+        self._tick(key.t_media)
+        self.report.sent.append((seq, "text", self.sender.send_wall[seq]))
         return seq
 
     def _send_patches(self, key: KeyFrame, message: PatchMessage) -> int:
@@ -430,6 +529,7 @@ async def run_edge(
         raise
     edge = Edge(sender, config, detector=detector)
     try:
+        await asyncio.to_thread(edge.load_reader)
         edge.opened(info)
         async for frame in source.frames():
             if isinstance(frame, VideoFrame):

@@ -604,6 +604,7 @@ class TextBoxes:
         self.det_max_side_px = det_max_side_px
         self.threads = threads
         self._det: Any = None
+        self._engine: Any = None
 
     def load(self) -> None:
         if self._det is not None:
@@ -622,19 +623,37 @@ class TextBoxes:
 
             raise ModelError("rapidocr did not load its text detector")
         self._det = engine.text_det
+        self._engine = engine
+
+    def recognizer(self) -> Any:
+        """rapidocr's text recognizer of this detector's engine (same settings: threads),
+        loaded on first use: what `transport.textlines.TextReader` runs on the boxes found."""
+        self.load()
+        rec = self._engine._load_rec_model()  # rapidocr loads it lazily, on the first text
+        if rec is None:
+            from streamfuse.errors import ModelError
+
+            raise ModelError("rapidocr did not load its text recognizer")
+        return rec
 
     def __call__(self, image: np.ndarray) -> list[BBox]:
+        return [box for box, _quad in self.regions(image)]
+
+    def regions(self, image: np.ndarray) -> list[tuple[BBox, np.ndarray]]:
+        """Each text region found: its box in frame pixels and the detector's quadrilateral
+        (4 x 2 float32, clockwise from top left): a filmed page's lines are tilted, and the
+        recognizer reads the quadrilateral straightened, not the box."""
         self.load()
         h, w = image.shape[:2]
         out = self._det(np.ascontiguousarray(image[..., ::-1]))
-        boxes: list[BBox] = []
+        found: list[tuple[BBox, np.ndarray]] = []
         for quad in [] if out.boxes is None else out.boxes:
             q = np.asarray(quad, dtype=np.float64).reshape(-1, 2)
             x0, y0 = max(0, math.floor(q[:, 0].min())), max(0, math.floor(q[:, 1].min()))
             x1, y1 = min(w, math.ceil(q[:, 0].max())), min(h, math.ceil(q[:, 1].max()))
             if x1 > x0 and y1 > y0:
-                boxes.append((x0, y0, x1, y1))
-        return boxes
+                found.append(((x0, y0, x1, y1), q.astype(np.float32)))
+        return found
 
 
 __all__ = [

@@ -6,14 +6,17 @@ delivers within the deadline, after the bytes already queued ahead and the repai
 as likely as the loss makes them; a frame over that budget is first sent coarser (smaller),
 then cut to its most important patches. `FixedKeepPolicy`: a constant ratio. Every policy
 answers `fit(link, encode)` with the message to send; `encode(keep_ratio, scale_factor)` codes
-the key frame.
+the key frame. `EdgeReadPolicy` decides, per key frame, whether the edge reads the text itself
+and sends lines instead of pixels (the split moved past the recognizer; `transport.textlines`).
 """
 
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from streamfuse.transport.config import TransportConfig
 from streamfuse.transport.patches import PatchMessage
@@ -141,6 +144,115 @@ class DeadlineKeepPolicy(KeepPolicy):
         return smallest if keep >= smallest.keep_ratio else encode(keep, step)
 
 
+@dataclass(frozen=True, slots=True)
+class SplitDecision:
+    """Where one key frame is read: at the edge (`edge_read`) or in the cloud (patches), why,
+    and the predictions it was decided on (seconds; None: not measured)."""
+
+    edge_read: bool
+    reason: str
+    patch_s: float | None = None
+    read_s: float | None = None
+    text_s: float | None = None
+    busy: float | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            k: (round(v, 4) if isinstance(v, float) else v)
+            for k, v in (
+                ("edge_read", self.edge_read),
+                ("reason", self.reason),
+                ("patch_s", self.patch_s),
+                ("read_s", self.read_s),
+                ("text_s", self.text_s),
+                ("busy", self.busy),
+            )
+        }
+
+
+class EdgeReadPolicy:
+    """Where the split falls for one key frame (Neurosurgeon-style: the cut that finishes
+    soonest given the link and the edge's compute, decided per frame from measurements).
+
+    Patches (the cloud reads) unless all of: a bandwidth is measured; the frame's finest
+    coding is over the deadline policy's budget (its predicted transfer, `patch_s`, does not
+    fit the deadline); the edge's recognizer, at its measured cost per recognizer pixel
+    (`observe_read`, an EWMA; the prior is `TextReader.load`'s timed line) on this frame's
+    boxes, plus the text message's transfer behind the bytes already queued, fits `headroom`
+    of the deadline; and the edge's measured busy share over the last `window_s` (its own
+    blocking work: detector, coding, reads; `observe_work`) plus that read stays under
+    `max_busy` (it must not fall behind real time). A good link never gets past the second
+    test: today's split is unchanged there."""
+
+    def __init__(
+        self,
+        deadline_s: float,
+        *,
+        prior_s_per_px: float | None = None,
+        headroom: float = 0.7,
+        max_busy: float = 0.8,
+        window_s: float = 10.0,
+        line_bytes: int = 80,
+        smoothing: float = 0.5,
+    ) -> None:
+        self.deadline_s = deadline_s
+        self.cost_s_per_px = prior_s_per_px
+        self.headroom = headroom
+        self.max_busy = max_busy
+        self.window_s = window_s
+        self.line_bytes = line_bytes
+        self.smoothing = smoothing
+        self._work: deque[tuple[float, float]] = deque()  # (end wall time, seconds)
+
+    def observe_read(self, width_px: float, seconds: float) -> None:
+        """The edge read boxes of `width_px` recognizer pixels in `seconds` (wall)."""
+        if width_px <= 0 or seconds <= 0:
+            return
+        sample = seconds / width_px
+        a = self.smoothing
+        prev = self.cost_s_per_px
+        self.cost_s_per_px = sample if prev is None else (1 - a) * prev + a * sample
+
+    def observe_work(self, seconds: float, now: float) -> None:
+        """The edge spent `seconds` (wall) of blocking work, ending at `now`."""
+        self._work.append((now, max(0.0, seconds)))
+
+    def busy_share(self, now: float) -> float:
+        """Share of the last `window_s` the edge spent on its blocking work."""
+        while self._work and self._work[0][0] < now - self.window_s:
+            self._work.popleft()
+        return min(1.0, sum(s for _, s in self._work) / self.window_s)
+
+    def decide(
+        self,
+        link: LinkEstimate,
+        budget_bytes: float | None,
+        full_bytes: int,
+        width_px: float,
+        n_lines: int,
+        now: float,
+    ) -> SplitDecision:
+        if budget_bytes is None or link.bandwidth_bps is None:
+            return SplitDecision(False, "no bandwidth measured")
+        bytes_per_s = link.bandwidth_bps / 8.0
+        patch_s = full_bytes / bytes_per_s
+        if full_bytes <= budget_bytes:
+            return SplitDecision(False, "pixels fit", patch_s=patch_s)
+        if self.cost_s_per_px is None:
+            return SplitDecision(False, "read cost not measured", patch_s=patch_s)
+        read_s = self.cost_s_per_px * width_px
+        rtt = link.srtt_s or 0.0
+        path = rtt if link.min_rtt_s is None else min(rtt, link.min_rtt_s)
+        text_s = path + (link.queued_bytes + self.line_bytes * n_lines) / bytes_per_s
+        busy = self.busy_share(now)
+        common = {"patch_s": patch_s, "read_s": read_s, "text_s": text_s, "busy": busy}
+        if read_s + text_s > self.headroom * self.deadline_s:
+            return SplitDecision(False, "read too slow", **common)
+        if busy + read_s / self.window_s > self.max_busy:
+            return SplitDecision(False, "edge busy", **common)
+        return SplitDecision(True, "edge read", **common)
+
+
 def make_keep_policy(config: TransportConfig) -> KeepPolicy:
     if config.keep_policy == "article":
         return ArticleKeepPolicy()
@@ -157,9 +269,11 @@ __all__ = [
     "LEGACY_LADDER",
     "ArticleKeepPolicy",
     "DeadlineKeepPolicy",
+    "EdgeReadPolicy",
     "Encoder",
     "FixedKeepPolicy",
     "KeepPolicy",
+    "SplitDecision",
     "Step",
     "make_keep_policy",
 ]

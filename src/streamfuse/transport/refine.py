@@ -22,8 +22,8 @@ import asyncio
 import contextlib
 import dataclasses
 import math
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -47,6 +47,9 @@ class _Sender(Protocol):
 SendPart = Callable[[KeyFrame, PatchMessage, np.ndarray], int]
 #: Budget in bytes of one message on the link now (None: no limit known).
 Budget = Callable[[LinkEstimate], float | None]
+#: `await work(fn, *args)`: run blocking `fn(*args)` off the event loop (the edge books the
+#: time as its busy time; default `asyncio.to_thread`).
+Work = Callable[..., Awaitable[Any]]
 
 #: A part's bytes vary with where the text lies; parts are sized for this much more than the
 #: budget divided evenly.
@@ -80,8 +83,10 @@ class Refiner:
         send: SendPart,
         *,
         max_parts: int = 10,
+        work: Work = asyncio.to_thread,
     ) -> None:
         self.sender = sender
+        self.work = work
         self.config = config
         self.budget = budget
         self.send = send
@@ -125,7 +130,7 @@ class Refiner:
 
     async def _run(self, key: KeyFrame, boxes: list[BBox], seq: int, ref: Reference) -> None:
         config = refine_config(self.config)
-        full = await asyncio.to_thread(encode_patches, key, boxes, 1.0, config)
+        full = await self.work(encode_patches, key, boxes, 1.0, config)
         parts = 0
         base = seq  # the coarse message, then each part
         for j in range(self.max_parts):
@@ -140,10 +145,8 @@ class Refiner:
                 if parts > self.max_parts:
                     return  # the link is too slow to refine this frame before the next
             band = (j / parts, (j + 1) / parts)
-            message = await asyncio.to_thread(
-                encode_patches, key, boxes, 1.0, config, ref, 1.0, None, band
-            )
-            rebuilt = await asyncio.to_thread(
+            message = await self.work(encode_patches, key, boxes, 1.0, config, ref, 1.0, None, band)
+            rebuilt = await self.work(
                 decode_patches,
                 message.payload,
                 message.shape,

@@ -78,11 +78,11 @@ def lane(p: Packet) -> int:
 
 
 def _priority(p: Packet) -> int:
-    """The pacer's order for first copies: control, then speech (small, and a listener
-    notices its delay), then everything else in the order it was sent."""
+    """The pacer's order for first copies: control, then speech and edge-read text (small,
+    and late is useless), then everything else in the order it was sent."""
     if p.kind is Kind.CONTROL:
         return 0
-    return 1 if p.modality is Modality.AUDIO_OPUS else 2
+    return 1 if p.modality in (Modality.AUDIO_OPUS, Modality.TEXT_LINES) else 2
 
 
 class TransportError(StreamfuseError):

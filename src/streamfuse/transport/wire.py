@@ -56,6 +56,8 @@ class Modality(enum.IntEnum):
     AUDIO_OPUS = 2  #: speech as Opus packets (`streamfuse.transport.speech`)
     TENSOR = 3  #: a raw tensor (shape/dtype/quant scale in the header)
     JSON = 4  #: a UTF-8 JSON document
+    #: text lines the edge read itself from a key frame (`streamfuse.transport.textlines`)
+    TEXT_LINES = 5
 
 
 class DType(enum.IntEnum):

@@ -24,6 +24,10 @@ BBox = tuple[int, int, int, int]
 
 KeyReason = Literal["first", "change", "timeout", "end"]
 
+ReadLine = tuple[str, tuple[float, float, float, float], float]
+"""A line another node already read: (text, (x0, y0, x1, y1) in frame pixels, recognizer
+score in [0, 1])."""
+
 
 def clamp_box(box: Sequence[float], frame_wh: tuple[int, int]) -> tuple[float, float, float, float]:
     """`box` (x0, y0, x1, y1) with every coordinate clamped into a `frame_wh` frame, unrounded."""
@@ -64,6 +68,13 @@ class KeyFrame(Frame):
     #: Media time of the first frame that showed the change (before settling).
     t_changed: float = 0.0
     reason: KeyReason = "change"
+    #: Lines the edge already read from the original picture (the split moved past the
+    #: recognizer, `streamfuse.transport.textlines`): `image` is then a blank page of the
+    #: frame's size and OCR emits these lines instead of reading. None: read `image`.
+    read_lines: tuple[ReadLine, ...] | None = None
+    #: With `read_lines`: the reader's wall time (ms) and its detector's long side (px).
+    read_ms: float = 0.0
+    read_det_side_px: int = 0
 
     @property
     def size(self) -> tuple[int, int]:
@@ -75,4 +86,4 @@ class KeyFrame(Frame):
         return self.t_media
 
 
-__all__ = ["BBox", "KeyFrame", "KeyReason", "clamp_box", "clip_box"]
+__all__ = ["BBox", "KeyFrame", "KeyReason", "ReadLine", "clamp_box", "clip_box"]

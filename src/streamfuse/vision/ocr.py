@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from rapidfuzz import fuzz
@@ -592,6 +592,10 @@ class _StreamText:
     last_start_wall: float | None = None
     reads: int = 0
     emitted: int = 0
+    #: The key frame whose lines an edge read (the last emitted state came from it), and the
+    #: mean score of those lines: a read here of the same frame replaces them only if surer.
+    edge_index: int | None = None
+    edge_conf: float | None = None
 
 
 class OcrStage(Stage):
@@ -769,9 +773,80 @@ class OcrStage(Stage):
                 out.append(ln)
         return out
 
+    def _arrange_read(self, lines: list[OcrLine]) -> list[OcrLine]:
+        """Lines another node read (no pixels here): the same junk filters and layout as a
+        read of ours, without what needs the picture (table rules, re-reading empty cells)."""
+        kept = drop_double_reads(drop_bullets(drop_stray_glyphs(lines, self.config)))
+        return join_lines(layout(kept, self.config.layout(), None))
+
+    async def _process_read(self, frame: KeyFrame, state: _StreamText) -> AsyncIterator[Frame]:
+        """A key frame the edge already read (`KeyFrame.read_lines`): its lines through our
+        filters and layout, emitted as a reading of ours would be, marked `read_by` edge."""
+        assert frame.read_lines is not None
+        w, h = frame.size
+        raw = [OcrLine(text, clamp_box(box, (w, h)), conf) for text, box, conf in frame.read_lines]
+        lines = self._arrange_read(clean_lines(raw, self.config))
+        mean_conf = float(np.mean([ln.conf for ln in lines])) if lines else None
+        det_side = frame.read_det_side_px or max(w, h)
+        scale = min(1.0, det_side / max(w, h))
+        state.edge_index, state.edge_conf = frame.index, mean_conf
+        if same_text_state(lines, state.lines, line_similarity=self.config.dedup_line_similarity):
+            return
+        state.lines = lines
+        state.emitted += 1
+        yield self._event(
+            frame,
+            lines,
+            mean_conf,
+            _det_size(w, h, det_side),
+            scale,
+            (0, 0, w, h),
+            frame.read_ms,
+            read_by="edge",
+        )
+
+    def _event(
+        self,
+        frame: KeyFrame,
+        lines: list[OcrLine],
+        mean_conf: float | None,
+        resolution: tuple[int, int],
+        scale: float,
+        roi: BBox,
+        ocr_ms: float,
+        *,
+        read_by: Literal["edge"] | None = None,
+    ) -> EventFrame:
+        mean_raw = None if mean_conf is None else round(mean_conf, 3)
+        records = line_records(lines, self._calibrator, scale=round(scale, 4), mean_conf=mean_raw)
+        return EventFrame(
+            stream_id=frame.stream_id,
+            t_media=frame.t_media,
+            t_end=frame.t_media,
+            arrival_wall=frame.arrival_wall,
+            payload=OcrPayload(
+                lines=records,
+                text="\n".join(ln.text for ln in lines),
+                n_lines=len(lines),
+                resolution=resolution,
+                scale=round(scale, 4),
+                roi=roi,
+                ocr_ms=round(ocr_ms, 1),
+                mean_conf=mean_raw,
+                frame_index=frame.index,
+                t_changed=round(frame.t_changed, 3),
+                reason=frame.reason,
+                read_by=read_by,
+            ),
+        )
+
     async def process(self, frame: Frame) -> AsyncIterator[Frame]:
         assert isinstance(frame, KeyFrame)
         state = self._streams.setdefault(frame.stream_id, _StreamText())
+        if frame.read_lines is not None:
+            async for event in self._process_read(frame, state):
+                yield event
+            return
         plan = self.policy.plan(frame)
         if plan.min_interval_s > 0 and state.last_start_wall is not None:
             wait_s = state.last_start_wall + plan.min_interval_s - now_wall()
@@ -814,32 +889,25 @@ class OcrStage(Stage):
         ins, attrs = instruments(), {"stage": self.name}
         ins.ocr_resolution.record(reading.resolution[1], attrs)
         ins.ocr_det_side.record(det_side, attrs)
+        if _edge_read_kept(state, frame.index, mean_conf):
+            log.debug("t=%.3f: the edge's read of %d kept", frame.t_media, frame.index)
+            return
+        state.edge_index = state.edge_conf = None
         if same_text_state(lines, state.lines, line_similarity=self.config.dedup_line_similarity):
             log.debug("t=%.3f: text unchanged, nothing emitted", frame.t_media)
             return
         state.lines = lines
         state.emitted += 1
-        mean_raw = None if mean_conf is None else round(mean_conf, 3)
-        records = line_records(lines, self._calibrator, scale=round(scale, 4), mean_conf=mean_raw)
-        yield EventFrame(
-            stream_id=frame.stream_id,
-            t_media=frame.t_media,
-            t_end=frame.t_media,
-            arrival_wall=frame.arrival_wall,
-            payload=OcrPayload(
-                lines=records,
-                text="\n".join(ln.text for ln in lines),
-                n_lines=len(lines),
-                resolution=reading.resolution,
-                scale=round(scale, 4),
-                roi=roi,
-                ocr_ms=round(reading.ocr_ms, 1),
-                mean_conf=mean_raw,
-                frame_index=frame.index,
-                t_changed=round(frame.t_changed, 3),
-                reason=frame.reason,
-            ),
-        )
+        yield self._event(frame, lines, mean_conf, reading.resolution, scale, roi, reading.ocr_ms)
+
+
+def _edge_read_kept(state: _StreamText, index: int, mean_conf: float | None) -> bool:
+    """Whether our read of key frame `index` leaves the edge's read of it in place: pixels of
+    a frame the edge read (a refinement) replace its lines only if we are surer of them (the
+    edge read the original picture, we a coded copy)."""
+    if state.edge_index is None or state.edge_index != index:
+        return False
+    return mean_conf is None or (state.edge_conf is not None and mean_conf <= state.edge_conf)
 
 
 def _clip_roi(roi: BBox | None, w: int, h: int) -> BBox:
