@@ -77,7 +77,9 @@ def test_activation_maxima_see_the_outlier_channels() -> None:
     maxima = activation_maxima(fuse(state, config), config, calibration_chunks(CharTokenizer()))
     qkv_in = maxima["layers.0.qkv"]
     assert set(torch.topk(qkv_in, 2).indices.tolist()) == {3, 17}
-    assert set(maxima) == {f"layers.{i}.{n}" for i in range(2) for n in ("qkv", "o", "gate_up", "down")}
+    assert set(maxima) == {
+        f"layers.{i}.{n}" for i in range(2) for n in ("qkv", "o", "gate_up", "down")
+    }
 
 
 def test_no_calibration_or_alpha_zero_is_plain_int8() -> None:

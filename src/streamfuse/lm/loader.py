@@ -447,7 +447,9 @@ def load_model(config: ModelConfig | None = None) -> tuple[GemmaModel, Tokenizer
             chunks = calibration_chunks(tok)
         elif fmt == "int8" and config.smooth_alpha > 0:
             log.warning("%s has no tokenizer.json: int8 weights are not smoothed", directory)
-        model = model_from_state(gcfg, state, fmt, calibration=chunks, smooth_alpha=config.smooth_alpha)
+        model = model_from_state(
+            gcfg, state, fmt, calibration=chunks, smooth_alpha=config.smooth_alpha
+        )
     log.info(
         "loaded %s (%s, %.0f MB of weights) in %.1f s",
         source,
