@@ -3,7 +3,8 @@
 For each QA set's context (every context line plus its first question, one batched forward),
 it runs the bundled model in fp32 and in int8 at each smoothing strength, and reports per set
 the KL(fp32 || int8) of the next-token distributions averaged over every position, its max,
-and how often the greedy token is the same. Deterministic (no timing); the last line is JSON.
+how often the greedy token is the same, and the mean NLL (nats) of the context's own next
+tokens in fp32 and int8. Deterministic (no timing); the last line is JSON.
 
     python benchmarks/int8_smoothing.py [--alphas 0,0.7] [--threads 1]
         [--set assets/eval/lmqa/timeline_qa.json --set assets/eval/lmqa/timeline_qa_b.json]
@@ -68,16 +69,23 @@ def main() -> None:
             h = hidden(model, ids)
             kls: list[Any] = []
             same = 0
+            nll_ref = nll = 0.0
+            target = torch.tensor(ids[1:])
             for r in range(0, len(ids), 128):  # logits of 128 rows at a time (262k vocabulary)
                 lr = F.log_softmax(ref_model.weights.output(ref_hidden[name][r : r + 128]), -1)
                 lq = F.log_softmax(model.weights.output(h[r : r + 128]), -1)
                 kls.append(F.kl_div(lq, lr, log_target=True, reduction="none").sum(-1))
                 same += int((lq.argmax(-1) == lr.argmax(-1)).sum())
+                t = target[r : r + 128]
+                nll_ref -= float(lr[: t.numel()].gather(1, t[:, None]).sum())
+                nll -= float(lq[: t.numel()].gather(1, t[:, None]).sum())
             kl = torch.cat(kls)
             results[key][name] = {
                 "kl_mean": round(float(kl.mean()), 4),
                 "kl_max": round(float(kl.max()), 3),
                 "argmax_same": round(same / len(ids), 3),
+                "nll_fp32": round(nll_ref / target.numel(), 4),
+                "nll_int8": round(nll / target.numel(), 4),
                 "positions": len(ids),
             }
             log.info("smooth_alpha %g, %s: %s", alpha, name, results[key][name])
