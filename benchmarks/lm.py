@@ -19,7 +19,8 @@ single_tok_s, batch8_tok_s, spec_speedup, spec_identical, peak_rss_mb, cancel_to
 avx512_vnni / amx flags from /proc/cpuinfo) and `kernel_path` (fused kernels or eager ops,
 ATen's ISA, and the oneDNN ISA and primitive the int8 products ran on).
 
-    python benchmarks/lm.py [--quick] [--threads 2] [--skip-baseline] [--out results.json]
+    python benchmarks/lm.py [--quick] [--threads 2] [--skip-baseline] [--smooth-alpha A]
+        [--out results.json]
 """
 
 from __future__ import annotations
@@ -352,6 +353,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="smaller run, under 3 minutes")
     ap.add_argument("--threads", type=int, default=2, help="torch threads, ours and baseline")
     ap.add_argument("--skip-baseline", action="store_true")
+    ap.add_argument(
+        "--smooth-alpha",
+        type=float,
+        default=None,
+        help="int8 activation-outlier smoothing (ModelConfig.smooth_alpha; default the "
+        "engine's; 0: plain per-row int8). Same shapes and kernels either way.",
+    )
     ap.add_argument("--out", type=Path, help="also write the full results as JSON here")
     ap.add_argument("--baseline-worker", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -373,7 +381,10 @@ def main() -> None:
     rounds = 2
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    model, tok = load_model(ModelConfig(weights="int8", threads=args.threads))
+    mcfg = ModelConfig(weights="int8", threads=args.threads)
+    if args.smooth_alpha is not None:
+        mcfg = mcfg.model_copy(update={"smooth_alpha": args.smooth_alpha})
+    model, tok = load_model(mcfg)
     assert tok is not None
     load_s = time.perf_counter() - t0
     rss_model = _rss_mb()
@@ -442,6 +453,7 @@ def main() -> None:
         "decode_step_ms": round(results["cancel"]["step_ms"], 1),
         "stream_tokens": results["stream"]["tokens"],
         "threads": args.threads,
+        "smooth_alpha": mcfg.smooth_alpha,
         **machine,
     }
     detail = json.dumps(results, indent=1, default=str)

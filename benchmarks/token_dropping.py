@@ -21,7 +21,7 @@ Every timing is on a shared machine: ratios of interleaved runs, noisy. The last
 JSON object (prefill_speedup_25, kv_ratio_25, qa_retained_25, agreement_25, ...).
 
     python benchmarks/token_dropping.py [--quick] [--questions N] [--threads 2] [--set QA.json]
-        [--weights int8|fp32] [--out results.json] [--asr-windows]
+        [--weights int8|fp32] [--smooth-alpha A] [--out results.json] [--asr-windows]
 """
 
 from __future__ import annotations
@@ -181,6 +181,13 @@ def main() -> None:
         help="int8 (the engine's default) or fp32 (no activation rounding: agreement then "
         "measures dropping alone, without int8 noise)",
     )
+    ap.add_argument(
+        "--smooth-alpha",
+        type=float,
+        default=None,
+        help="int8 activation-outlier smoothing strength (ModelConfig.smooth_alpha; default "
+        "the engine's; 0: plain per-row int8, as before smoothing)",
+    )
     ap.add_argument("--out", type=Path)
     ap.add_argument(
         "--set",
@@ -211,7 +218,10 @@ def main() -> None:
     t_start = time.perf_counter()
     log.info("CPU: %s; torch %s, %d threads", cpu_description(), torch.__version__, args.threads)
     torch.set_num_threads(args.threads)
-    model, tok = load_model(ModelConfig(weights=args.weights, threads=args.threads))
+    mcfg = ModelConfig(weights=args.weights, threads=args.threads)
+    if args.smooth_alpha is not None:
+        mcfg = mcfg.model_copy(update={"smooth_alpha": args.smooth_alpha})
+    model, tok = load_model(mcfg)
     assert tok is not None
     log.info("kernel path: %s", "fused C++ int8 kernels" if model.fused else "eager torch ops")
     emb = minilm()
@@ -473,6 +483,7 @@ def main() -> None:
         "context_tokens": len(ctx),
         "kernel_path": "fused" if model.fused else "eager",
         "weights": args.weights,
+        "smooth_alpha": mcfg.smooth_alpha if args.weights == "int8" else None,
         "cpu": cpu_description(),
         "threads": args.threads,
         "quick": args.quick,

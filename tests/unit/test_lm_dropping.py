@@ -17,6 +17,7 @@ from streamfuse.lm.dropping import (
     decaying_rates,
     method_plan,
     modal_entropy_gap,
+    ours_scorer,
     query_attention,
     schedule_keeps,
 )
@@ -299,3 +300,21 @@ def test_ours_keeps_whole_lines_first_and_recent_lines_and_the_similar_one(
     assert per_line[lines] == width  # the most recent line
     partial = [g for g, k in per_line.items() if 0 < k < width]
     assert len(partial) <= 1, per_line
+
+
+def test_ours_ranks_by_line_similarity_alone_and_by_attention_only_without_it() -> None:
+    """With MiniLM similarity the question's attention does not move a score (it only feeds
+    the cross-modal entropy gap); without similarity it orders the lines."""
+    n, kv, h, d = 40, 2, 4, 16
+    g = torch.Generator().manual_seed(0)
+    q, keys = torch.randn(n, h, d, generator=g), torch.randn(kv, n, d, generator=g)
+    with_q = LayerView(1, q, keys, 0, torch.arange(n), n, 4)
+    without_q = LayerView(-1, None, None, 0, torch.arange(n), n, 4)
+    groups = torch.arange(n) // 4
+    sim = torch.rand(n, generator=g)
+    signals: dict[str, float] = {}
+    ranked = ours_scorer(ContextInfo(groups, groups % 2, sim), 10, signals=signals)
+    torch.testing.assert_close(ranked(with_q), ranked(without_q))
+    assert "modal_entropy_gap" in signals
+    blind = ours_scorer(ContextInfo(groups, groups % 2), 10)
+    assert not torch.allclose(blind(with_q), blind(without_q))

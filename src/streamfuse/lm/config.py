@@ -41,6 +41,15 @@ class ModelConfig(_Frozen):
         description="torch intra-op threads of the engine's forwards on its background thread "
         "(`LMEngine.start`); loading sets nothing process-wide.",
     )
+    smooth_alpha: float = Field(
+        default=0.7,
+        ge=0.0,
+        le=1.0,
+        description="int8 only: SmoothQuant migration strength (lm/smoothing.py): each linear's "
+        "input channel j is divided by max|X_j|^alpha / max|W_j|^(1-alpha) and its weight column "
+        "multiplied by it (the float function is unchanged; activation outliers shrink before "
+        "per-row int8 rounding). Calibrated once at conversion on generic text. 0: off.",
+    )
 
 
 class PoolConfig(_Frozen):

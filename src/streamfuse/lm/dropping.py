@@ -222,9 +222,11 @@ class ContextInfo:
 
 #: Ours by default: a coarse cut before the first layer (whole lines, by MiniLM similarity to
 #: the question, the first line and the most recent lines kept: no model work spent on what is
-#: clearly off-topic, and the input-level cut is what makes prefill cheap), then one refinement
-#: after layer 1 by the question's attention pooled per line. The rates decay 0.4 -> 0.1 with
-#: depth (scaled so the last point lands on the ratio): at 25% kept the first cut keeps ~30%.
+#: clearly off-topic, and the input-level cut is what makes prefill cheap), then the last cut
+#: after layer 1 by the same line ranking (layers 0-1 see ~30% of the context, the others the
+#: ratio). The rates decay 0.4 -> 0.1 with depth (scaled so the last point lands on the ratio).
+#: The question's attention ranks lines only where no MiniLM similarity is given: beside it, at
+#: any weight tried, it changed almost no kept set and no agreement (docs/token-dropping.md).
 OURS_LAYERS: tuple[int, ...] = (-1, 1)
 FASTV_LAYER = 2
 SINK_TOKENS = 4
@@ -238,15 +240,15 @@ def ours_scorer(
     budget: int,
     *,
     recent_share: float = RECENT_SHARE,
-    attention_weight: float = 0.5,
     signals: dict[str, float] | None = None,
 ) -> Callable[[LayerView], Tensor]:
     """Whole semantic units, not scattered tokens: every row scores as its line does. Ranked
     first the first line (the header the model continues from), then the lines holding the
     last `recent_share` of the `budget` context rows, then the rest by MiniLM similarity to
-    the question plus, from layer 0 on, the question's attention pooled over the line. Within
-    a line earlier rows win (a line cut at the budget keeps its beginning). `info.groups`
-    must number the lines in context order."""
+    the question, or, where `info.similarity` is None, by the question's attention pooled over
+    the line (at drop points after a layer). Within a line earlier rows win (a line cut at the
+    budget keeps its beginning). `info.groups` must number the lines in context order. The
+    question's attention is also where `signals` gets the cross-modal entropy gap (F17)."""
     recent_rows = int(budget * recent_share)
 
     def units(view: LayerView) -> Tensor:
@@ -265,14 +267,18 @@ def ours_scorer(
 
     def score(view: LayerView) -> Tensor:
         s = units(view)
-        if view.q is None:
+        record = signals is not None and "modal_entropy_gap" not in signals
+        if view.q is None or (info.similarity is not None and not record):
             return s
         att = query_attention(view)
-        if signals is not None and "modal_entropy_gap" not in signals:
+        if signals is not None and record:
             modality = info.modality.index_select(0, view.layout)
             signals["modal_entropy_gap"] = modal_entropy_gap(att, modality)
+        if info.similarity is not None:
+            return s
+        # Under the first and recent lines' bonuses (3, 2): attention orders only the rest.
         groups = info.groups.index_select(0, view.layout)
-        return s + attention_weight * group_mean(_rank01(att), groups)
+        return s + 0.5 * group_mean(_rank01(att), groups)
 
     return score
 

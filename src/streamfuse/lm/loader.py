@@ -14,7 +14,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -292,11 +292,24 @@ def quantize(fused: dict[str, Tensor]) -> dict[str, Tensor]:
 
 
 def to_runtime(
-    state: dict[str, Tensor], config: GemmaConfig, fmt: WeightFormat
+    state: dict[str, Tensor],
+    config: GemmaConfig,
+    fmt: WeightFormat,
+    *,
+    calibration: Sequence[Sequence[int]] | None = None,
+    smooth_alpha: float = 0.0,
 ) -> dict[str, Tensor]:
-    """Fuse, and for int8 quantize."""
+    """Fuse, and for int8 quantize: first smoothed (`lm.smoothing`) with activation maxima
+    of an fp32 forward over the `calibration` id chunks, when given and `smooth_alpha` > 0."""
     fused = fuse(state, config)
-    return fused if fmt == "fp32" else quantize(fused)
+    if fmt == "fp32":
+        return fused
+    if calibration and smooth_alpha > 0:
+        from streamfuse.lm.smoothing import activation_maxima, smooth
+
+        maxima = activation_maxima(fused, config, calibration)
+        fused = smooth(fused, config, maxima, smooth_alpha)
+    return quantize(fused)
 
 
 def _linear(tensors: dict[str, Tensor], name: str) -> DenseLinear | Int8Linear:
@@ -328,10 +341,17 @@ def build_weights(tensors: dict[str, Tensor], config: GemmaConfig) -> GemmaWeigh
 
 
 def model_from_state(
-    config: GemmaConfig, state: dict[str, Tensor], fmt: WeightFormat = "fp32"
+    config: GemmaConfig,
+    state: dict[str, Tensor],
+    fmt: WeightFormat = "fp32",
+    *,
+    calibration: Sequence[Sequence[int]] | None = None,
+    smooth_alpha: float = 0.0,
 ) -> GemmaModel:
-    """Build a model from runtime-named float tensors (norms folded)."""
-    return GemmaModel(config, build_weights(to_runtime(state, config, fmt), config))
+    """Build a model from runtime-named float tensors (norms folded); int8 smoothed when
+    `calibration` id chunks are given and `smooth_alpha` > 0 (see `to_runtime`)."""
+    tensors = to_runtime(state, config, fmt, calibration=calibration, smooth_alpha=smooth_alpha)
+    return GemmaModel(config, build_weights(tensors, config))
 
 
 def _write_atomic(path: Path, write: Callable[[Path], object]) -> None:
@@ -347,17 +367,33 @@ def _write_atomic(path: Path, write: Callable[[Path], object]) -> None:
             os.unlink(tmp)
 
 
-def _convert_gguf(gguf_path: Path, folder: Path, fmt: WeightFormat) -> None:
+def weights_name(fmt: WeightFormat, smooth_alpha: float) -> str:
+    """File name of a conversion: int8 smoothed ones name their alpha and calibration text."""
+    if fmt == "fp32" or smooth_alpha <= 0:
+        return f"weights-{fmt}.safetensors"
+    from streamfuse.lm.smoothing import CALIBRATION_TEXT
+
+    text = hashlib.sha256(CALIBRATION_TEXT.read_bytes()).hexdigest()[:8]
+    return f"weights-{fmt}-smooth{smooth_alpha:g}-{text}.safetensors"
+
+
+def _convert_gguf(
+    gguf_path: Path, folder: Path, fmt: WeightFormat, tok: Tokenizer, smooth_alpha: float
+) -> None:
     from safetensors.torch import save_file
+
+    from streamfuse.lm.smoothing import calibration_chunks
 
     t0 = time.perf_counter()
     config, state = _gguf_state(gguf_path)
-    tensors = to_runtime(state, config, fmt)
+    chunks = calibration_chunks(tok) if fmt == "int8" and smooth_alpha > 0 else None
+    tensors = to_runtime(state, config, fmt, calibration=chunks, smooth_alpha=smooth_alpha)
     del state
-    _write_atomic(folder / f"weights-{fmt}.safetensors", lambda p: save_file(tensors, str(p)))
+    name = weights_name(fmt, smooth_alpha)
+    _write_atomic(folder / name, lambda p: save_file(tensors, str(p)))
     _write_atomic(folder / "config.json", lambda p: p.write_text(json.dumps(config.to_dict())))
     log.info(
-        "converted %s to %s (%s) in %.1f s", gguf_path.name, folder, fmt, time.perf_counter() - t0
+        "converted %s to %s in %.1f s", gguf_path.name, folder / name, time.perf_counter() - t0
     )
 
 
@@ -384,16 +420,17 @@ def load_model(config: ModelConfig | None = None) -> tuple[GemmaModel, Tokenizer
         if not gguf_path.is_file():
             raise ModelError(f"GGUF file not found: {gguf_path}")
         folder = converted_dir(gguf_path)
-        weights_file = folder / f"weights-{fmt}.safetensors"
+        weights_file = folder / weights_name(fmt, config.smooth_alpha)
         tok_file = folder / "tokenizer.json"
         if not tok_file.is_file():
             _write_atomic(tok_file, lambda p: Tokenizer.export_from_gguf(gguf_path, p))
+        bundled_tok = Tokenizer.from_file(tok_file)
         if not weights_file.is_file() or not (folder / "config.json").is_file():
             log.info("converting %s once into %s", gguf_path, folder)
-            _convert_gguf(gguf_path, folder, fmt)
+            _convert_gguf(gguf_path, folder, fmt, bundled_tok, config.smooth_alpha)
+        tok: Tokenizer | None = bundled_tok
         gcfg = _config_from_json(folder / "config.json")
         model = GemmaModel(gcfg, build_weights(load_file(str(weights_file)), gcfg))
-        tok: Tokenizer | None = Tokenizer.from_file(tok_file)
     else:
         directory = Path(source).expanduser()
         if not directory.is_dir():
@@ -403,7 +440,16 @@ def load_model(config: ModelConfig | None = None) -> tuple[GemmaModel, Tokenizer
         gcfg, state = _hf_state(directory)
         tok_file = directory / "tokenizer.json"
         tok = Tokenizer.from_file(tok_file) if tok_file.is_file() else None
-        model = model_from_state(gcfg, state, fmt)
+        chunks = None
+        if tok is not None and fmt == "int8" and config.smooth_alpha > 0:
+            from streamfuse.lm.smoothing import calibration_chunks
+
+            chunks = calibration_chunks(tok)
+        elif fmt == "int8" and config.smooth_alpha > 0:
+            log.warning("%s has no tokenizer.json: int8 weights are not smoothed", directory)
+        model = model_from_state(
+            gcfg, state, fmt, calibration=chunks, smooth_alpha=config.smooth_alpha
+        )
     log.info(
         "loaded %s (%s, %.0f MB of weights) in %.1f s",
         source,
