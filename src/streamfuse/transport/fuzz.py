@@ -11,6 +11,7 @@ import json
 import random
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import google_crc32c
@@ -91,15 +92,17 @@ def fuzz_inputs(rng: random.Random) -> bytes:
     return _reseal(_mutate(rng, _valid(rng)))
 
 
-def fuzz_decode(n: int, seed: int = 0) -> FuzzResult:
-    """Decode `n` fuzz inputs; count packets, codec errors and crashes."""
+def _fuzz(
+    n: int, seed: int, inputs: Callable[[random.Random], bytes], decoder: Callable[[bytes], object]
+) -> FuzzResult:
+    """Feed `n` inputs drawn by `inputs` to `decoder`; count decodes, codec errors, crashes."""
     rng = random.Random(seed)
     result = FuzzResult()
     for _ in range(n):
-        data = fuzz_inputs(rng)
+        data = inputs(rng)
         result.inputs += 1
         try:
-            decode(data)
+            decoder(data)
             result.packets += 1
         except WireError:
             result.wire_errors += 1
@@ -108,6 +111,11 @@ def fuzz_decode(n: int, seed: int = 0) -> FuzzResult:
             if len(result.examples) < 5:
                 result.examples.append((data, repr(e)))
     return result
+
+
+def fuzz_decode(n: int, seed: int = 0) -> FuzzResult:
+    """Decode `n` fuzz inputs; count packets, codec errors and crashes."""
+    return _fuzz(n, seed, fuzz_inputs, decode)
 
 
 def _text_lines_body(rng: random.Random) -> dict[str, object]:
@@ -172,21 +180,12 @@ def fuzz_text_lines(n: int, seed: int = 0) -> FuzzResult:
     the payloads decoded, `wire_errors` those refused."""
     from streamfuse.transport.textlines import decode_text_lines
 
-    rng = random.Random(seed)
-    result = FuzzResult()
-    for _ in range(n):
-        data = text_lines_inputs(rng)
-        result.inputs += 1
-        try:
-            decode_text_lines(data, stream_id="fuzz", arrival_wall=0.0)
-            result.packets += 1
-        except WireError:
-            result.wire_errors += 1
-        except Exception as e:  # anything else is the bug this harness looks for
-            result.crashes += 1
-            if len(result.examples) < 5:
-                result.examples.append((data, repr(e)))
-    return result
+    return _fuzz(
+        n,
+        seed,
+        text_lines_inputs,
+        lambda data: decode_text_lines(data, stream_id="fuzz", arrival_wall=0.0),
+    )
 
 
 __all__ = ["FuzzResult", "fuzz_decode", "fuzz_inputs", "fuzz_text_lines", "text_lines_inputs"]
