@@ -46,7 +46,7 @@ def test_smoothing_leaves_the_float_function_unchanged() -> None:
     config, state = _outlier_state()
     fused = fuse(state, config)
     chunks = calibration_chunks(CharTokenizer(), max_tokens=64)
-    maxima = activation_maxima(fused, config, chunks)
+    maxima = activation_maxima(build_weights(fused, config), config, chunks)
     smoothed = smooth(fused, config, maxima, 0.7)
     # It did change the weights (otherwise the check below says nothing)...
     assert not torch.allclose(smoothed["layers.0.down.weight"], fused["layers.0.down.weight"])
@@ -74,7 +74,9 @@ def test_smoothed_int8_logits_are_closer_to_float_than_plain_int8() -> None:
 
 def test_activation_maxima_see_the_outlier_channels() -> None:
     config, state = _outlier_state()
-    maxima = activation_maxima(fuse(state, config), config, calibration_chunks(CharTokenizer()))
+    maxima = activation_maxima(
+        build_weights(fuse(state, config), config), config, calibration_chunks(CharTokenizer())
+    )
     qkv_in = maxima["layers.0.qkv"]
     assert set(torch.topk(qkv_in, 2).indices.tolist()) == {3, 17}
     assert set(maxima) == {

@@ -307,7 +307,7 @@ def to_runtime(
     if calibration and smooth_alpha > 0:
         from streamfuse.lm.smoothing import activation_maxima, smooth
 
-        maxima = activation_maxima(fused, config, calibration)
+        maxima = activation_maxima(build_weights(fused, config), config, calibration)
         fused = smooth(fused, config, maxima, smooth_alpha)
     return quantize(fused)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from streamfuse.lm.gemma import GemmaConfig, GemmaModel, Segment
+from streamfuse.lm.gemma import GemmaConfig, GemmaModel, GemmaWeights, Segment
 from streamfuse.lm.quant import DenseLinear
 from streamfuse.lm.tokenizer import TextCodec
 
@@ -65,13 +65,11 @@ def calibration_chunks(tokenizer: TextCodec, max_tokens: int = 512) -> list[list
 
 @torch.inference_mode()
 def activation_maxima(
-    fused: dict[str, Tensor], config: GemmaConfig, chunks: Iterable[Sequence[int]]
+    weights: GemmaWeights, config: GemmaConfig, chunks: Iterable[Sequence[int]]
 ) -> dict[str, Tensor]:
     """Per-input-channel absmax of each linear's input (`layers.{i}.{name}`) over an fp32
-    forward of each id chunk (runtime-format float tensors `fused`, see `loader.fuse`)."""
-    from streamfuse.lm.loader import build_weights
-
-    weights = build_weights(fused, config)
+    forward of each id chunk (float `weights`, e.g. `loader.build_weights` of the fused
+    runtime-format tensors; its linears are swapped for recorders, so pass a throwaway)."""
     recorders: dict[str, _Recorder] = {}
     for i, lw in enumerate(weights.layers):
         for name in LINEARS:
