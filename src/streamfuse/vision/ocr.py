@@ -790,10 +790,8 @@ class OcrStage(Stage):
         det_side = frame.read_det_side_px or max(w, h)
         scale = min(1.0, det_side / max(w, h))
         state.edge_index, state.edge_conf = frame.index, mean_conf
-        if same_text_state(lines, state.lines, line_similarity=self.config.dedup_line_similarity):
+        if not self._new_text(state, lines):
             return
-        state.lines = lines
-        state.emitted += 1
         yield self._event(
             frame,
             lines,
@@ -804,6 +802,14 @@ class OcrStage(Stage):
             frame.read_ms,
             read_by="edge",
         )
+
+    def _new_text(self, state: _StreamText, lines: list[OcrLine]) -> bool:
+        """Whether `lines` differ from the stream's last emitted text; if so they become it."""
+        if same_text_state(lines, state.lines, line_similarity=self.config.dedup_line_similarity):
+            return False
+        state.lines = lines
+        state.emitted += 1
+        return True
 
     def _event(
         self,
@@ -893,11 +899,9 @@ class OcrStage(Stage):
             log.debug("t=%.3f: the edge's read of %d kept", frame.t_media, frame.index)
             return
         state.edge_index = state.edge_conf = None
-        if same_text_state(lines, state.lines, line_similarity=self.config.dedup_line_similarity):
+        if not self._new_text(state, lines):
             log.debug("t=%.3f: text unchanged, nothing emitted", frame.t_media)
             return
-        state.lines = lines
-        state.emitted += 1
         yield self._event(frame, lines, mean_conf, reading.resolution, scale, roi, reading.ocr_ms)
 
 
