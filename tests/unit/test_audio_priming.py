@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from streamfuse.audio import ScreenTerms, Word
-from streamfuse.audio.priming import drop_recited, drop_unspoken_terms, guard_primed
+from streamfuse.audio.priming import (
+    drop_recited,
+    drop_unspoken_terms,
+    guard_primed,
+    heard_terms,
+)
 from streamfuse.events import OcrLine, OcrPayload
 from streamfuse.frames import EventFrame
 from streamfuse.pipeline import FrameEmitted
@@ -142,3 +147,13 @@ def test_guard_takes_a_primed_term_only_in_place_of_words_spelled_like_it() -> N
     assert guarded("the prior taint", "the priors taints") == "the prior taint"
     # Unprimed: the plain reading as it is.
     assert guard_primed(_slots("a b"), _slots("c d"), []) == _slots("a b")
+
+
+def test_terms_heard_are_those_said_unprimed_and_those_the_guard_took() -> None:
+    terms = ["Kubernetes", "etcd", "taints", "kubelet"]
+    plain = _slots("Cuban eat-srun the taint")
+    guarded = _slots("Kubernetes runs the taint")
+    assert heard_terms(plain, guarded, terms) == {"kubernetes", "taints"}
+    # A primed reading the guard refused (the unprimed one kept) is no evidence.
+    assert heard_terms(plain, plain, terms) == {"taints"}
+    assert heard_terms(plain, guarded, []) == set()

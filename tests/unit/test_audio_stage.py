@@ -574,6 +574,34 @@ def test_the_prime_guard_keeps_a_heard_term_and_drops_an_imitated_one(
     assert run(guard) == [w for w, _, _ in script]
 
 
+def test_priming_is_trusted_once_the_speech_says_terms_on_screen(clip: np.ndarray) -> None:
+    """Guarded, each pass is read unprimed and primed. Slides whose terms the speech says ("test",
+    "covers", "slides" in the first sentence) are trusted after `prime_trust_terms` of them
+    were heard: later passes are read primed only. Slides about something else never are."""
+
+    def hotwords(lines: list[str], **config: object) -> list[list[str]]:
+        slides = ScreenTerms()
+        slides.add(lines, 0.0)
+        fake = ScriptedTranscriber(clip, _truth_words())
+        stage = AsrStage(
+            AsrConfig(**_FAST, prime_max_terms=20, **config), transcriber=fake, screen_terms=slides
+        )
+        asyncio.run(_run(stage, clip))
+        assert stage.primed_decodes == sum(1 for h in fake.hotwords if h)
+        return fake.hotwords
+
+    said = hotwords(["A test covers slides", "Kubelet taints"])
+    assert not said[0], "the first pass is read unprimed: nothing was heard yet"
+    last_unprimed = max(i for i, h in enumerate(said) if not h)
+    # Trusted once "test" and "covers" were heard: every later pass is read primed only.
+    assert len(said) - 1 - last_unprimed > last_unprimed
+    # Never trusted (other slides, or trust off): each pass is read unprimed, then primed (the
+    # guard's two readings of the same audio).
+    for calls in (hotwords(["Kubelet taints", "etcd tolerations"]),
+                  hotwords(["A test covers slides"], prime_trust_terms=0)):  # fmt: skip
+        assert [bool(h) for h in calls] == [False, True] * (len(calls) // 2)
+
+
 async def _commits_at(stage: AsrStage, clip: np.ndarray) -> list[tuple[EventFrame, float]]:
     """Drive the stage window by window: each output with the media time of the newest audio
     the stage had when it was emitted."""

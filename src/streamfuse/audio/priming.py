@@ -181,16 +181,20 @@ def _fold(text: str) -> str:
     return re.sub(r"(.)\1+", r"\1", text)
 
 
-def _is_term(key: str, terms: set[str]) -> bool:
-    """Whether a word (its key) is one of the slide `terms` (keys) or a form of one: "taint" ~
-    "taints", "electrons" ~ "electron", "eigenvalues" inside "realeigenvalues"."""
+def _term_of(key: str, terms: Iterable[str]) -> str | None:
+    """The slide term (key) a word (its key) is, or is a form of: "taint" ~ "taints",
+    "electrons" ~ "electron", "eigenvalues" inside "realeigenvalues"; None if none."""
     for term in terms:
         shorter = min(len(key), len(term))
         if shorter >= 4 and key[: min(6, shorter)] == term[: min(6, shorter)]:
-            return True
+            return term
         if len(term) >= 5 and term in key:
-            return True
-    return False
+            return term
+    return None
+
+
+def _is_term(key: str, terms: set[str]) -> bool:
+    return _term_of(key, terms) is not None
 
 
 def _overlaps(w: Word, term: Word, slack_s: float = 0.1) -> bool:
@@ -269,9 +273,22 @@ def guard_primed(
     return out
 
 
+def heard_terms(plain: Sequence[Word], guarded: Sequence[Word], terms: Sequence[str]) -> set[str]:
+    """The slide terms (keys) some audio shows was said: those its unprimed reading has (or a
+    form of them), and those the guard took from the primed reading in place of words spelled
+    like them. Evidence that the slides carry the speech (`AsrConfig.prime_trust_terms`)."""
+    keys = {k for k in (_key(t) for t in terms) if k}
+    found = {_term_of(w.key, keys) for w in plain}
+    before = {w.key for w in plain}
+    found |= {_term_of(w.key, keys) for w in guarded if w.key not in before}
+    found.discard(None)
+    return {k for k in found if k is not None}
+
+
 __all__ = [
     "ScreenTerms",
     "TokenCount",
+    "heard_terms",
     "drop_recited",
     "drop_unspoken_terms",
     "guard_primed",

@@ -40,6 +40,7 @@ from streamfuse.audio.priming import (
     drop_recited,
     drop_unspoken_terms,
     guard_primed,
+    heard_terms,
     relevant,
 )
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
@@ -125,8 +126,11 @@ class AsrStage(Stage):
         self._full_hyp: list[Word] = []  # the last full-window hypothesis, whole...
         self._full_start = 0.0  # ... and the media time its audio started at
         self._last_partial = ""
-        #: Work counters (benchmarks, stats): inferences run, seconds spent, audio received.
+        self._terms_heard: dict[str, float] = {}  # slide term (key) -> when last heard said
+        #: Work counters (benchmarks, stats): inferences run, seconds spent, audio received,
+        #: primed decodes run (slide priming; a guarded pass may skip its primed decode).
         self.inferences = 0
+        self.primed_decodes = 0
         self.inference_s = 0.0
         self.audio_s = 0.0
 
@@ -457,15 +461,12 @@ class AsrStage(Stage):
         prompt = self._prompt(t0)
         # The lookback pass re-reads earlier utterances: primed or not (`prime_lookback`).
         cfg = self.config
-        primed = (t0 >= self._buf_t0 or cfg.prime_lookback) and (cfg.prime_fast or not fast)
-        terms = self._terms(until) if primed else []
+        primable = (t0 >= self._buf_t0 or cfg.prime_lookback) and (cfg.prime_fast or not fast)
+        terms = self._terms(until) if primable else []
         started = time.perf_counter()
-        raw = await self.run_blocking(
-            self._transcriber.transcribe, audio, prompt, fast=fast, hotwords=terms
+        raw, terms = await self._decode(
+            audio, prompt, terms, until, fast=fast, lookback=t0 < self._buf_t0
         )
-        if terms and self._guarded(fast=fast, lookback=t0 < self._buf_t0):
-            plain = await self.run_blocking(self._transcriber.transcribe, audio, prompt, fast=fast)
-            raw = guard_primed(plain, raw, terms)
         self.inference_s += time.perf_counter() - started
         self.inferences += 1
         if self.effort is not None:
@@ -492,6 +493,54 @@ class AsrStage(Stage):
             min_speech = self.config.prime_min_speech
             words = drop_unspoken_terms(words, terms, self._speech_prob, min_speech)
         return words
+
+    async def _decode(
+        self,
+        audio: np.ndarray,
+        prompt: str,
+        terms: list[str],
+        until: float,
+        *,
+        fast: bool,
+        lookback: bool,
+    ) -> tuple[list[Word], list[str]]:
+        """One pass's words, and the terms it was primed with ([]: read unprimed).
+
+        Guarded (`prime_guard`), the pass is read unprimed and primed (the encoder output
+        shared), and the guard keeps the unprimed reading except where the primed one hears a
+        term in place of words spelled like it. Once the
+        speech has been heard saying `prime_trust_terms` distinct terms still on screen
+        (`heard_terms`, within `prime_window_s`), the slides carry the speech: passes are read
+        primed only, as Whisper reads them with the terms.
+        """
+        assert self._transcriber is not None
+        transcribe = self._transcriber.transcribe
+        if not terms:
+            return await self.run_blocking(transcribe, audio, prompt, fast=fast), []
+        if not self._guarded(fast=fast, lookback=lookback) or self._trusted(terms, until):
+            self.primed_decodes += 1
+            raw = await self.run_blocking(transcribe, audio, prompt, fast=fast, hotwords=terms)
+            return raw, terms
+        plain = await self.run_blocking(transcribe, audio, prompt, fast=fast)
+        self.primed_decodes += 1
+        primed = await self.run_blocking(transcribe, audio, prompt, fast=fast, hotwords=terms)
+        guarded = guard_primed(plain, primed, terms)
+        self._heard(heard_terms(plain, guarded, terms), until)
+        # The pass that brings the evidence is read as the trusted ones are.
+        return (primed if self._trusted(terms, until) else guarded), terms
+
+    def _heard(self, keys: set[str], t: float) -> None:
+        for key in keys:
+            self._terms_heard[key] = t
+
+    def _trusted(self, terms: Sequence[str], t: float) -> bool:
+        """Whether `prime_trust_terms` distinct terms of `terms` were heard said lately."""
+        need = self.config.prime_trust_terms
+        if need == 0:
+            return False
+        since = t - self.config.prime_window_s
+        shown = {Word(x, 0.0, 0.0).key for x in terms}
+        return sum(1 for k, at in self._terms_heard.items() if at >= since and k in shown) >= need
 
     # -- events ---------------------------------------------------------------------------
     def _asr_event(self, words: Sequence[Word], rule: AsrCommitRule) -> EventFrame:
