@@ -37,14 +37,14 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from streamfuse.assets import demo_files
-from streamfuse.evaluation import Truth, evaluate, load_truth
+from streamfuse.evaluation import Truth, evaluate, latency, load_truth
 from streamfuse.testing.browser import (
     FakeCapture,
     chromium_launch_options,
@@ -241,6 +241,57 @@ def figures(truth_path: Path, events: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _ratios(f: dict[str, Any], b: dict[str, Any]) -> dict[str, float | None]:
+    return {
+        k: round(b[k] / f[k], 3) if f[k] and b[k] is not None else None
+        for k in ("ocr_p95_ms", "asr_commit_p95_ms")
+    }
+
+
+def _pooled(runs: list[dict[str, Any]], events: list[dict[str, Any]]) -> dict[str, Any]:
+    """Figures of several runs of one clip: error rates averaged (the same reference each time,
+    so the pooled rate), latency p95 over every run's events, counts summed."""
+    lat = latency(events)
+    mean = {k: round(statistics.fmean(r[k] for r in runs), 4)
+            for k in ("ocr_cer", "asr_wer", "asr_wer_first")}  # fmt: skip
+    return {
+        **mean,
+        "ocr_p95_ms": lat.get("ocr", {}).get("p95"),
+        "asr_commit_p95_ms": lat.get("asr", {}).get("p95"),
+        "ocr_events": sum(r["ocr_events"] for r in runs),
+        "asr_events": sum(r["asr_events"] for r in runs),
+        "ocr_slide_delay_s": _mean_of(r["ocr_slide_delay_s"] for r in runs),
+        "cpu_s": _mean_of(r["cpu_s"] for r in runs),
+        "rtf": _mean_of(r["rtf"] for r in runs),
+    }
+
+
+def _mean_of(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(statistics.fmean(known), 3) if known else None
+
+
+_ROWS = [
+    ("OCR CER", "ocr_cer", "{:.2%}"),
+    ("ASR WER", "asr_wer", "{:.2%}"),
+    ("ocr latency p95 ms", "ocr_p95_ms", "{:.0f}"),
+    ("ASR commit latency p95 ms", "asr_commit_p95_ms", "{:.0f}"),
+    ("slide start -> ocr t_start s", "ocr_slide_delay_s", "{:.2f}"),
+    ("ocr / asr events", None, ""),
+    ("CPU s (pipeline)", "cpu_s", "{:.1f}"),
+]
+
+
+def _table(f: dict[str, Any], b: dict[str, Any]) -> None:
+    print(f"{'':28}{'file':>12}{'browser':>12}")
+    for label, key, fmt in _ROWS:
+        if key is None:
+            fv, bv = (f"{x['ocr_events']}/{x['asr_events']}" for x in (f, b))
+        else:
+            fv, bv = (fmt.format(x[key]) if x[key] is not None else "-" for x in (f, b))
+        print(f"{label:28}{fv:>12}{bv:>12}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--input", type=Path, help="clip (default: the bundled demo)")
@@ -264,51 +315,58 @@ def main() -> None:
         help="fake camera file: raw Y4M at --fps (default) or MJPEG (30 fps only)",
     )
     ap.add_argument("--fps", type=int, default=10, help="fake camera frame rate")
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run the pair N times and pool: WER and CER are means over the runs (one clip, so "
+        "the pooled rate), latency p95 over all runs' events; each run's figures are kept under "
+        "`runs` (the demo clip has 112 words: one word is 0.89 points, so one run's WER moves by "
+        "a word with the capture's alignment)",
+    )
     args = ap.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="browser-e2e-"))
     out.mkdir(parents=True, exist_ok=True)
+    runs: list[dict[str, Any]] = []
+    events: dict[str, list[dict[str, Any]]] = {"file": [], "browser": []}
     with demo_files() as demo:
         clip = args.input or demo.clip
         truth = args.truth or demo.truth
         print(f"CPU: {cpu_description()}", file=sys.stderr)
         print(f"clip: {clip}; output in {out}", file=sys.stderr)
         fake = fake_capture(clip, video_format=args.video_format, fps=args.fps)
-        t0 = time.monotonic()
-        file_events = file_run(clip, out, fake if args.matched_load else None)
-        t1 = time.monotonic()
-        web_events, info = browser_run(clip, fake, out)
-        t2 = time.monotonic()
-        result: dict[str, Any] = {
-            "file": figures(truth, file_events),
-            "browser": figures(truth, web_events),
-            "matched_load": args.matched_load,
-            **info,
-        }
-    f, b = result["file"], result["browser"]
-    result["ratios"] = {
-        k: round(b[k] / f[k], 3) if f[k] and b[k] is not None else None
-        for k in ("ocr_p95_ms", "asr_commit_p95_ms")
-    }
+        for i in range(args.repeats):
+            run_out = out / f"run{i + 1}" if args.repeats > 1 else out
+            run_out.mkdir(parents=True, exist_ok=True)
+            t0 = time.monotonic()
+            file_events = file_run(clip, run_out, fake if args.matched_load else None)
+            t1 = time.monotonic()
+            web_events, info = browser_run(clip, fake, run_out)
+            t2 = time.monotonic()
+            run = {"file": figures(truth, file_events), "browser": figures(truth, web_events),
+                   "matched_load": args.matched_load, **info}  # fmt: skip
+            run["ratios"] = _ratios(run["file"], run["browser"])
+            runs.append(run)
+            events["file"] += file_events
+            events["browser"] += web_events
+            print(f"\nrun {i + 1}: wall: file run {t1 - t0:.0f} s, browser run {t2 - t1:.0f} s "
+                  f"(with start-up); browser: {info}")  # fmt: skip
+            _table(run["file"], run["browser"])
+    if args.repeats == 1:
+        result = runs[0]
+    else:
+        result = {side: _pooled([r[side] for r in runs], events[side])
+                  for side in ("file", "browser")}  # fmt: skip
+        result["ratios"] = _ratios(result["file"], result["browser"])
+        result["runs"] = runs
+        result["matched_load"] = args.matched_load
     result["cpu"] = cpu_description()
-    rows = [
-        ("OCR CER", "ocr_cer", "{:.2%}"),
-        ("ASR WER", "asr_wer", "{:.2%}"),
-        ("ocr latency p95 ms", "ocr_p95_ms", "{:.0f}"),
-        ("ASR commit latency p95 ms", "asr_commit_p95_ms", "{:.0f}"),
-        ("slide start -> ocr t_start s", "ocr_slide_delay_s", "{:.2f}"),
-        ("ocr / asr events", None, ""),
-        ("CPU s (pipeline)", "cpu_s", "{:.1f}"),
-    ]
     print(f"\nCPU: {result['cpu']}")
-    print(f"wall: file run {t1 - t0:.0f} s, browser run {t2 - t1:.0f} s (with start-up)")
-    print(f"browser: {info}")
-    print(f"{'':28}{'file':>12}{'browser':>12}")
-    for label, key, fmt in rows:
-        if key is None:
-            fv, bv = (f"{x['ocr_events']}/{x['asr_events']}" for x in (f, b))
-        else:
-            fv, bv = (fmt.format(x[key]) if x[key] is not None else "-" for x in (f, b))
-        print(f"{label:28}{fv:>12}{bv:>12}")
+    if args.repeats > 1:
+        print(f"pooled over {args.repeats} runs (each run above; WER per run: file "
+              + ", ".join(f"{r['file']['asr_wer']:.2%}" for r in runs) + "; browser "
+              + ", ".join(f"{r['browser']['asr_wer']:.2%}" for r in runs) + ")")  # fmt: skip
+        _table(result["file"], result["browser"])
     print(json.dumps(result))
 
 
