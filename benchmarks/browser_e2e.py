@@ -19,10 +19,13 @@ starved browser also delivers camera frames late and drops some: the run reports
 frames the session saw.
 
 Prints the CPU model, a table of both runs, and ends with one JSON line
-{"file": {...}, "browser": {...}, "ratios": {...}, "capture_offset_s": ...}.
+{"file": {...}, "browser": {...}, "ratios": {...}, "capture_offset_s": ...}. With `--repeats N`
+both runs are made N times in turn and pooled (WER and CER the mean over runs, each p95 over
+all runs' events; each run's figures under "runs"): one run's WER moves by a word or two.
 
     python benchmarks/browser_e2e.py [--input CLIP.mp4 --truth CLIP.truth.json] [--out DIR]
                                      [--no-matched-load] [--video-format mjpeg --fps 30]
+                                     [--repeats N]
 """
 
 from __future__ import annotations
