@@ -46,6 +46,7 @@ class ScriptedTranscriber(Transcriber):
         self.calls = 0
         self.prompts: list[str] = []
         self.hotwords: list[list[str]] = []
+        self.fast: list[bool] = []
 
     def _offset(self, buf: np.ndarray) -> float:
         k = min(64, len(buf))
@@ -65,6 +66,7 @@ class ScriptedTranscriber(Transcriber):
         self.calls += 1
         self.prompts.append(prompt)
         self.hotwords.append(list(hotwords))
+        self.fast.append(fast)
         t0 = self._offset(audio)
         t1 = t0 + len(audio) / SR
         jitter = 0.03 if self.calls % 2 else -0.03
@@ -575,11 +577,12 @@ def test_the_prime_guard_keeps_a_heard_term_and_drops_an_imitated_one(
 
 
 def test_priming_is_trusted_once_the_speech_says_terms_on_screen(clip: np.ndarray) -> None:
-    """Guarded, each pass is read unprimed and primed. Slides whose terms the speech says ("test",
-    "covers", "slides" in the first sentence) are trusted after `prime_trust_terms` of them
-    were heard: later passes are read primed only. Slides about something else never are."""
+    """Guarded ('all'), each pass is read unprimed and primed. Slides whose terms the speech
+    says ("test", "covers", "slides" in the first sentence) are trusted after
+    `prime_trust_terms` of them were heard: later passes are read primed only. Slides about
+    something else never are."""
 
-    def hotwords(lines: list[str], **config: object) -> list[list[str]]:
+    def run(lines: list[str], **config: object) -> ScriptedTranscriber:
         slides = ScreenTerms()
         slides.add(lines, 0.0)
         fake = ScriptedTranscriber(clip, _truth_words())
@@ -588,7 +591,10 @@ def test_priming_is_trusted_once_the_speech_says_terms_on_screen(clip: np.ndarra
         )
         asyncio.run(_run(stage, clip))
         assert stage.primed_decodes == sum(1 for h in fake.hotwords if h)
-        return fake.hotwords
+        return fake
+
+    def hotwords(lines: list[str], **config: object) -> list[list[str]]:
+        return run(lines, prime_guard="all", **config).hotwords
 
     said = hotwords(["A test covers slides", "Kubelet taints"])
     assert not said[0], "the first pass is read unprimed: nothing was heard yet"
@@ -600,6 +606,14 @@ def test_priming_is_trusted_once_the_speech_says_terms_on_screen(clip: np.ndarra
     for calls in (hotwords(["Kubelet taints", "etcd tolerations"]),
                   hotwords(["A test covers slides"], prime_trust_terms=0)):  # fmt: skip
         assert [bool(h) for h in calls] == [False, True] * (len(calls) // 2)
+    # Guarding the full-window passes only, the fast ones are read once, unprimed, until trusted.
+    other = run(["Kubelet taints", "etcd tolerations"], prime_guard="full")
+    assert any(other.fast) and not any(
+        h for h, fast in zip(other.hotwords, other.fast, strict=True) if fast
+    )
+    assert any(h for h, fast in zip(other.hotwords, other.fast, strict=True) if not fast)
+    said_full = run(["A test covers slides", "Kubelet taints"], prime_guard="full").hotwords
+    assert not said_full[0] and said_full[-1]
 
 
 async def _commits_at(stage: AsrStage, clip: np.ndarray) -> list[tuple[EventFrame, float]]:

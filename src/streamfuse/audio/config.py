@@ -298,23 +298,24 @@ class AsrConfig(BaseModel):
         "earlier utterances); off: that pass is unprimed, only the passes over the buffer are.",
     )
     prime_guard: Literal["off", "lookback", "full", "all"] = Field(
-        "all",
-        description="Slide priming: which passes are read unprimed first and primed only where "
-        "some unprimed words spell like a term, the primed reading kept only where it hears a "
-        "slide term in place of similar-sounding words (`priming.guard_primed`; the encoder "
-        "output is shared): 'all' (default) every pass until `prime_trust_terms` terms were "
-        "heard, 'full' the full-window passes (at pauses and utterance ends) and the fast ones "
-        "primed unguarded, 'lookback' only those re-reading earlier utterances, 'off' none (the "
-        "comma list of terms then reaches the transcript as Whisper reads it: measured, it "
-        "raised WER on speech that did not match the slides; docs/asr.md).",
+        "full",
+        description="Slide priming: which passes are read twice, unprimed and primed (the "
+        "encoder output shared), the primed reading kept only where it hears a slide term in "
+        "place of similar-sounding words (`priming.guard_primed`): 'full' (default) the "
+        "full-window passes (at pauses and utterance ends: they commit and revise), 'lookback' "
+        "those re-reading earlier utterances, 'all' every pass (twice the decoding: it falls "
+        "behind on 2 cores). Passes the guard does not cover are read unprimed, until the "
+        "slides are trusted (`prime_trust_terms`); 'off' reads every pass primed, unguarded "
+        "(the comma list of terms then reaches the transcript as Whisper reads it: measured, "
+        "it raised WER on speech that did not match the slides; docs/asr.md).",
     )
     prime_trust_terms: int = Field(
         2,
         ge=0,
         le=20,
         description="Slide priming: once the speech was heard saying this many distinct terms "
-        "on screen (unprimed, or taken by the guard) in the last `prime_window_s`, the slides "
-        "carry the speech and passes are read primed only, unguarded (0: always guarded).",
+        "on screen (read unprimed, or taken by the guard) in the last `prime_window_s`, the "
+        "slides carry the speech and every pass is read primed only, unguarded (0: never).",
     )
     prime_fast: bool = Field(
         True,

@@ -508,20 +508,24 @@ class AsrStage(Stage):
 
         Guarded (`prime_guard`), the pass is read unprimed and primed (the encoder output
         shared), and the guard keeps the unprimed reading except where the primed one hears a
-        term in place of words spelled like it. Once the
-        speech has been heard saying `prime_trust_terms` distinct terms still on screen
-        (`heard_terms`, within `prime_window_s`), the slides carry the speech: passes are read
-        primed only, as Whisper reads them with the terms.
+        term in place of words spelled like it; a pass the guard does not cover is read
+        unprimed. Once the speech has been heard saying `prime_trust_terms` distinct terms
+        still on screen (`heard_terms`, within `prime_window_s`), the slides carry the speech:
+        passes are read primed only, as Whisper reads them with the terms. With the guard off
+        every pass is read primed only.
         """
         assert self._transcriber is not None
         transcribe = self._transcriber.transcribe
         if not terms:
             return await self.run_blocking(transcribe, audio, prompt, fast=fast), []
-        if not self._guarded(fast=fast, lookback=lookback) or self._trusted(terms, until):
+        if self.config.prime_guard == "off" or self._trusted(terms, until):
             self.primed_decodes += 1
             raw = await self.run_blocking(transcribe, audio, prompt, fast=fast, hotwords=terms)
             return raw, terms
         plain = await self.run_blocking(transcribe, audio, prompt, fast=fast)
+        if not self._guarded(fast=fast, lookback=lookback):
+            self._heard(heard_terms(plain, plain, terms), until)
+            return plain, []
         self.primed_decodes += 1
         primed = await self.run_blocking(transcribe, audio, prompt, fast=fast, hotwords=terms)
         guarded = guard_primed(plain, primed, terms)
