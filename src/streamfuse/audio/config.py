@@ -272,9 +272,9 @@ class AsrConfig(BaseModel):
         le=100,
         description="Slide priming: at most this many rare words read on screen are passed to "
         "Whisper as hotwords (rare: the tokenizer splits them). 0, the default, disables "
-        "priming: with `prime_guard` it lowers WER on lectures whose slides carry the spoken "
-        "terms (-23.7% dev, -15.4% held-out relative) and did not raise it where they do not, "
-        "but it decodes each full-window pass twice (docs/asr.md).",
+        "priming: measured live with `prime_guard` and `prime_trust_terms` it does not raise "
+        "WER where the slides do not match the speech, but it does not lower it where they do "
+        "either (tiny.en; docs/asr.md), and it decodes guarded passes twice.",
     )
     prime_min_overlap: int = Field(
         0,
