@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -23,6 +22,7 @@ from streamfuse.audio.config import AsrConfig
 from streamfuse.audio.policy import Word
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
 from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ
+from streamfuse.qos.busy import BusyWindow
 from streamfuse.qos.effort import AsrFeedback, EffortController
 from streamfuse.qos.feedback import SystemProbe
 from streamfuse.telemetry.metrics import instruments
@@ -68,7 +68,7 @@ class EffortTranscriber(Transcriber):
         self.stage = stage
         self._clock = clock
         self._busy_s = 0.0  # recognizer seconds since the last `advance`
-        self._calls: deque[tuple[float, float]] = deque()  # (media time, recognizer s)
+        self._work = BusyWindow(config.effort_control.window_s)  # recognizer s, media time
         self._first_t: float | None = None
         self._next_decision: float | None = None
         self._latency_s: float | None = None
@@ -127,12 +127,10 @@ class EffortTranscriber(Transcriber):
         media time `t_media` (None before a decision period of audio)."""
         if self._first_t is None:
             return None
-        window = self.config.effort_control.window_s
-        span = min(window, t_media - self._first_t)
+        span = min(self._work.window_s, t_media - self._first_t)
         if span < self.config.effort_control.period_s:
             return None
-        busy = sum(s for t, s in self._calls if t > t_media - window)
-        return busy / span
+        return self._work.busy_s(t_media) / span
 
     def advance(self, t_media: float) -> None:
         """The audio has reached media time `t_media` (after an inference): account the work
@@ -140,11 +138,8 @@ class EffortTranscriber(Transcriber):
         if self._first_t is None:
             self._first_t = t_media
             self._next_decision = t_media + self.config.effort_control.period_s
-        self._calls.append((t_media, self._busy_s))
+        self._work.add(t_media, self._busy_s)
         self._busy_s = 0.0
-        window = self.config.effort_control.window_s
-        while self._calls and self._calls[0][0] <= t_media - window:
-            self._calls.popleft()
         if not self.auto or self._next_decision is None or t_media < self._next_decision:
             return
         self._next_decision = t_media + self.config.effort_control.period_s
@@ -168,7 +163,7 @@ class EffortTranscriber(Transcriber):
             self.rung = decision.rung
             self.history.append((t_media, decision.rung, decision.reason))
             # The window measured the old rung's work: judge the new one on its own.
-            self._calls.clear()
+            self._work.clear()
             self._first_t = t_media
 
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from streamfuse.qos.busy import BusyWindow
 from streamfuse.transport.config import TransportConfig
 from streamfuse.transport.patches import PatchMessage
 from streamfuse.transport.udp import LinkEstimate
@@ -202,7 +202,7 @@ class EdgeReadPolicy:
         self.window_s = window_s
         self.line_bytes = line_bytes
         self.smoothing = smoothing
-        self._work: deque[tuple[float, float]] = deque()  # (end wall time, seconds)
+        self._work = BusyWindow(window_s)  # the edge's blocking work, wall time
 
     def observe_read(self, width_px: float, seconds: float) -> None:
         """The edge read boxes of `width_px` recognizer pixels in `seconds` (wall)."""
@@ -215,13 +215,11 @@ class EdgeReadPolicy:
 
     def observe_work(self, seconds: float, now: float) -> None:
         """The edge spent `seconds` (wall) of blocking work, ending at `now`."""
-        self._work.append((now, max(0.0, seconds)))
+        self._work.add(now, seconds)
 
     def busy_share(self, now: float) -> float:
         """Share of the last `window_s` the edge spent on its blocking work."""
-        while self._work and self._work[0][0] < now - self.window_s:
-            self._work.popleft()
-        return min(1.0, sum(s for _, s in self._work) / self.window_s)
+        return min(1.0, self._work.busy_s(now) / self.window_s)
 
     def decide(
         self,
