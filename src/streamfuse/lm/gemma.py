@@ -97,20 +97,18 @@ class LayerWeights:
 
 @dataclass(slots=True)
 class GemmaWeights:
-    embed: DenseLinear | Int8Linear  # token embedding; also the output head unless `head` is set
+    embed: DenseLinear | Int8Linear  # token embedding; also the output head (tied)
     final_norm: Tensor
     layers: list[LayerWeights] = field(default_factory=list)
-    #: A separate (smoothed) copy of the tied head; None: the head is `embed` itself.
-    head: Linear | None = None
 
     @property
     def output(self) -> Linear:
-        return self.head if self.head is not None else self.embed
+        """The output head: Gemma 3 ties it to the token embedding (an untied file is refused
+        by the loader)."""
+        return self.embed
 
     def nbytes(self) -> int:
         total = self.embed.nbytes() + self.final_norm.numel() * 4
-        if self.head is not None:
-            total += self.head.nbytes()
         for lw in self.layers:
             total += sum(lin.nbytes() for lin in (lw.qkv, lw.o, lw.gate_up, lw.down))
             total += sum(

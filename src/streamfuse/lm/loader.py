@@ -321,8 +321,6 @@ def _linear(tensors: dict[str, Tensor], name: str) -> DenseLinear | Int8Linear:
 def build_weights(tensors: dict[str, Tensor], config: GemmaConfig) -> GemmaWeights:
     """Runtime-format tensors -> `GemmaWeights`."""
     weights = GemmaWeights(embed=_linear(tensors, "embed"), final_norm=tensors["final_norm"])
-    if "head.qweight" in tensors or "head.weight" in tensors:
-        weights.head = _linear(tensors, "head")
     for i in range(config.num_layers):
         p = f"layers.{i}."
         lin: dict[str, Linear] = {
