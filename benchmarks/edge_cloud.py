@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import inspect
 import json
@@ -195,9 +196,26 @@ def cloud_text(engine: RapidOcrEngine, frame: KeyFrame) -> str:
 
 #: Generated clips are kept here between runs, named by what makes them (parameters, the code
 #: of the generators, the source clip's bytes); `--no-cache` or STREAMFUSE_BENCH_CACHE="" off.
+#: The least recently used go once the cache holds more than CACHE_MAX_BYTES.
 CACHE_DIR: Path | None = Path(
     os.environ.get("STREAMFUSE_BENCH_CACHE", Path(tempfile.gettempdir()) / "streamfuse-bench")
 )
+CACHE_MAX_BYTES = 256 << 20
+
+
+def prune_cache(cache: Path, keep: Path, max_bytes: int = CACHE_MAX_BYTES) -> None:
+    """Remove the least recently used clips (and half-written ones an hour old) beyond
+    `max_bytes`, never `keep`. Another run may remove a file meanwhile: that is fine."""
+    stats = []
+    for f in cache.iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            stats.append((f, f.stat()))
+    total = 0
+    for f, st in sorted(stats, key=lambda fs: fs[1].st_mtime, reverse=True):
+        stale_part = f.suffix == ".part" and time.time() - st.st_mtime > 3600
+        total += st.st_size
+        if f != keep and (stale_part or (f.suffix == ".mp4" and total > max_bytes)):
+            f.unlink(missing_ok=True)
 
 
 def cached_clip(name: str, params: dict[str, Any], make: Any, tmp: Path) -> Path:
@@ -216,12 +234,15 @@ def cached_clip(name: str, params: dict[str, Any], make: Any, tmp: Path) -> Path
         digest.update(inspect.getsource(fn).encode())
     digest.update(av.__version__.encode())
     path = CACHE_DIR / f"{name}-{digest.hexdigest()[:16]}.mp4"
-    if not path.is_file():
-        CACHE_DIR.mkdir(parents=True, exist_ok=True)
-        part = make(tmp / f"{name}.mp4")
-        part_copy = path.with_suffix(f".{os.getpid()}.part")
-        part_copy.write_bytes(part.read_bytes())
-        part_copy.replace(path)  # atomic: a concurrent run never sees half a clip
+    if path.is_file():
+        path.touch()  # recently used: pruned last
+        return path
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    part = make(tmp / f"{name}.mp4")
+    part_copy = path.with_suffix(f".{os.getpid()}.part")
+    part_copy.write_bytes(part.read_bytes())
+    part_copy.replace(path)  # atomic: a concurrent run never sees half a clip
+    prune_cache(CACHE_DIR, keep=path)
     return path
 
 
