@@ -27,7 +27,9 @@ Timing on a shared CPU is noisy: compare systems only within one run.
 Inputs: ``--input`` (default: the bundled lecture) and/or ``--speech-set DIR`` (the clips of
 ``DIR/set.json`` in ``--split``). Prints one row per clip and system, an aggregate per group
 (bundled, dev, heldout; and the synthetic clips of a split by their slides, ``dev:match`` /
-``dev:offslide``, the priming figures) and system, and as its last line one JSON object: the old
+``dev:offslide``, the priming figures, with how often the speech says its own slides' terms
+and how many of those the transcript lacks: what priming could fix at most) and system, and as
+its last line one JSON object: the old
 keys for the first input group (``wer_streaming``, ``wer_offline``, ``commit_latency_p50_s``,
 ``commit_latency_p95_s``, ``rtf``) and ``groups`` -> group -> system -> ``wer``,
 ``word_latency_p50_s``, ``word_latency_p95_s``, ``final_latency_p50_s``, ``final_latency_p95_s``,
@@ -69,7 +71,7 @@ if __name__ == "__main__":
 
 from streamfuse.audio import AsrConfig, AsrStage, Transcriber, WhisperTranscriber, Word  # noqa: E402
 from streamfuse.audio.policy import LocalAgreement, join_words  # noqa: E402
-from streamfuse.audio.priming import ScreenTerms  # noqa: E402
+from streamfuse.audio.priming import ScreenTerms, count_terms  # noqa: E402
 from streamfuse.audio.vad import GateEvent, SileroVad, SpeechGate  # noqa: E402
 from streamfuse.events import (  # noqa: E402
     AsrPayload,
@@ -108,6 +110,22 @@ class Clip:
     @property
     def n_ref_words(self) -> int:
         return len(normalize_english(self.ref).split())
+
+    def slide_terms(self, token_count: Callable[[str], int]) -> list[str]:
+        """Every rare word on the clip's own slides (what priming could pass)."""
+        slides = ScreenTerms()
+        for shown in self.truth.get("ocr", []):
+            slides.add(shown["lines"], 0.0)
+        return slides.terms(0.0, token_count, limit=1000)
+
+
+def term_misses(clip: Clip, text: str, token_count: Callable[[str], int]) -> dict[str, int]:
+    """How often the speech says its own slides' terms, and how many of those the transcript
+    lacks: what priming could fix at most (a misheard term is one error or more)."""
+    terms = clip.slide_terms(token_count)
+    said = count_terms(normalize_english(clip.ref).split(), terms)
+    got = count_terms(normalize_english(text).split(), terms)
+    return {"terms_said": sum(said.values()), "terms_missed": sum((said - got).values())}
 
 
 @dataclass
@@ -506,6 +524,10 @@ def _agg(rows: list[dict[str, Any]]) -> dict[str, Any]:
     passes = [r["effort_passes"] for r in rows if "effort_passes" in r]
     if passes:  # full-window passes per effort rung, summed over the group's clips
         out["effort_passes"] = [sum(p[i] for p in passes) for i in range(len(passes[0]))]
+    if any("terms_said" in r for r in rows):  # the clips' own slide terms, said / missed
+        for k in ("terms_said", "terms_missed"):
+            out[k] = sum(r.get(k, 0) for r in rows)
+        out["errors"] = round(sum(r["wer"] * r["ref_words"] for r in rows))
     out["words"] = sum(len(r["latencies"]) for r in rows)
     out["revisions"] = sum(r["revisions"] for r in rows)
     rules = _by_rule(rows)
@@ -621,6 +643,7 @@ def main(argv: list[str] | None = None) -> int:
                 word_log.flush()
             rows[(clip.group, system)].append(row)
             if clip.slides in ("match", "offslide"):  # the priming figures: per kind of slides
+                row.update(term_misses(clip, res.text, transcriber.token_count))
                 rows[(f"{clip.group}:{clip.slides}", system)].append(row)
             effort = getattr(stage, "effort", None)
             if effort is not None:  # full-window passes per effort rung (`effort`, docs/asr.md)
@@ -664,6 +687,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{a['final_latency_p95_s']:.2f} s)  ({a['words']} words, "
             f"{a['revisions']} revisions)"
         )
+        if a.get("terms_said"):
+            print(f"         slide terms said {a['terms_said']}, the transcript lacks "
+                  f"{a['terms_missed']} of them ({a['errors']} word errors)")  # fmt: skip
         if "rules" in a:
             print("         by rule: " + ", ".join(
                 f"{k} {v['words']} ({v['p50_s']:.2f} / {v['p95_s']:.2f} s)"

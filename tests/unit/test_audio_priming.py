@@ -6,6 +6,7 @@ import pytest
 
 from streamfuse.audio import ScreenTerms, Word
 from streamfuse.audio.priming import (
+    count_terms,
     drop_recited,
     drop_unspoken_terms,
     guard_primed,
@@ -157,3 +158,10 @@ def test_terms_heard_are_those_said_unprimed_and_those_the_guard_took() -> None:
     # A primed reading the guard refused (the unprimed one kept) is no evidence.
     assert heard_terms(plain, plain, terms) == {"taints"}
     assert heard_terms(plain, guarded, []) == set()
+
+
+def test_terms_are_counted_with_their_forms() -> None:
+    words = ["the", "taint", "and", "the", "taints", "on", "the", "kubelet"]
+    said = count_terms(words, ["taints", "Kubelet"])
+    assert said == {"taints": 2, "kubelet": 1}
+    assert not count_terms(["the", "pods"], ["etcd"])

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from difflib import SequenceMatcher
 
@@ -273,21 +274,26 @@ def guard_primed(
     return out
 
 
+def count_terms(words: Iterable[str], terms: Iterable[str]) -> Counter[str]:
+    """How often each slide term (its key) occurs in `words`, a form of it counting as the
+    term ("taints" for "taint")."""
+    keys = {k for k in (_key(t) for t in terms) if k}
+    return Counter(t for t in (_term_of(_key(w), keys) for w in words) if t is not None)
+
+
 def heard_terms(plain: Sequence[Word], guarded: Sequence[Word], terms: Sequence[str]) -> set[str]:
     """The slide terms (keys) some audio shows was said: those its unprimed reading has (or a
     form of them), and those the guard took from the primed reading in place of words spelled
     like them. Evidence that the slides carry the speech (`AsrConfig.prime_trust_terms`)."""
-    keys = {k for k in (_key(t) for t in terms) if k}
-    found = {_term_of(w.key, keys) for w in plain}
     before = {w.key for w in plain}
-    found |= {_term_of(w.key, keys) for w in guarded if w.key not in before}
-    found.discard(None)
-    return {k for k in found if k is not None}
+    taken = [w.word for w in guarded if w.key not in before]
+    return set(count_terms((w.word for w in plain), terms)) | set(count_terms(taken, terms))
 
 
 __all__ = [
     "ScreenTerms",
     "TokenCount",
+    "count_terms",
     "heard_terms",
     "drop_recited",
     "drop_unspoken_terms",
