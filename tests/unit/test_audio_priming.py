@@ -141,6 +141,7 @@ def test_guard_takes_a_primed_term_only_in_place_of_words_spelled_like_it() -> N
     # ... and so is a term in place of words that sound nothing like it, or the prompt's comma
     # list imitated over speech about something else.
     assert guarded("tells how strongly", "transport how strongly") == "tells how strongly"
+    assert guarded("keep it away", "keep taints away") == "keep it away"  # "it": too short
     assert guarded(
         "electronegativity|| tells| how strongly", "Electron, the thibity, the tail, how strongly"
     ) == ("electronegativity tells how strongly")

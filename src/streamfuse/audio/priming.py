@@ -263,7 +263,13 @@ def guard_primed(
         for term in (w for w in new if _is_term(w.key, keys)):
             heard = [k for k, w in enumerate(old) if k not in gone and _overlaps(w, term)]
             spelled = "".join(old[k].key for k in heard)
-            if heard and _sounds_alike(spelled, term.key) >= min_similarity:
+            # At least half the term's letters: "it" shares half of its letters' worth with
+            # "taints" (similarity 0.5) but is no misheard "taints".
+            if (
+                heard
+                and 2 * len(_fold(spelled)) >= len(_fold(term.key))
+                and _sounds_alike(spelled, term.key) >= min_similarity
+            ):
                 taken[heard[0]] = term
                 gone.update(heard)
         for k, w in enumerate(old):
