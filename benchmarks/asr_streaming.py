@@ -657,6 +657,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{qf['p95']:.2f} s)  inference "
                 f"{getattr(stage, 'inference_s', 0.0):.1f} s"
                 + (f"  effort passes {effort.passes}" if effort is not None else "")
+                + (f"  primed decodes {n}" if (n := getattr(stage, "primed_decodes", 0)) else "")
                 + f"  | {res.text[:110]}"
             )
             if args.show_text:

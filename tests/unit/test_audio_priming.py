@@ -10,7 +10,6 @@ from streamfuse.audio.priming import (
     drop_recited,
     drop_unspoken_terms,
     guard_primed,
-    heard_terms,
 )
 from streamfuse.events import OcrLine, OcrPayload
 from streamfuse.frames import EventFrame
@@ -149,16 +148,6 @@ def test_guard_takes_a_primed_term_only_in_place_of_words_spelled_like_it() -> N
     assert guarded("the prior taint", "the priors taints") == "the prior taint"
     # Unprimed: the plain reading as it is.
     assert guard_primed(_slots("a b"), _slots("c d"), []) == _slots("a b")
-
-
-def test_terms_heard_are_those_said_unprimed_and_those_the_guard_took() -> None:
-    terms = ["Kubernetes", "etcd", "taints", "kubelet"]
-    plain = _slots("Cuban eat-srun the taint")
-    guarded = _slots("Kubernetes runs the taint")
-    assert heard_terms(plain, guarded, terms) == {"kubernetes", "taints"}
-    # A primed reading the guard refused (the unprimed one kept) is no evidence.
-    assert heard_terms(plain, plain, terms) == {"taints"}
-    assert heard_terms(plain, guarded, []) == set()
 
 
 def test_terms_are_counted_with_their_forms() -> None:

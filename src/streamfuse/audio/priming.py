@@ -287,20 +287,10 @@ def count_terms(words: Iterable[str], terms: Iterable[str]) -> Counter[str]:
     return Counter(t for t in (_term_of(_key(w), keys) for w in words) if t is not None)
 
 
-def heard_terms(plain: Sequence[Word], guarded: Sequence[Word], terms: Sequence[str]) -> set[str]:
-    """The slide terms (keys) some audio shows was said: those its unprimed reading has (or a
-    form of them), and those the guard took from the primed reading in place of words spelled
-    like them. Evidence that the slides carry the speech (`AsrConfig.prime_trust_terms`)."""
-    before = {w.key for w in plain}
-    taken = [w.word for w in guarded if w.key not in before]
-    return set(count_terms((w.word for w in plain), terms)) | set(count_terms(taken, terms))
-
-
 __all__ = [
     "ScreenTerms",
     "TokenCount",
     "count_terms",
-    "heard_terms",
     "drop_recited",
     "drop_unspoken_terms",
     "guard_primed",

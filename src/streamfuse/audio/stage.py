@@ -37,10 +37,10 @@ from streamfuse.audio.effort import EffortTranscriber, effort_transcribers
 from streamfuse.audio.policy import LocalAgreement, Word, join_words
 from streamfuse.audio.priming import (
     ScreenTerms,
+    count_terms,
     drop_recited,
     drop_unspoken_terms,
     guard_primed,
-    heard_terms,
     relevant,
 )
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
@@ -126,7 +126,6 @@ class AsrStage(Stage):
         self._full_hyp: list[Word] = []  # the last full-window hypothesis, whole...
         self._full_start = 0.0  # ... and the media time its audio started at
         self._last_partial = ""
-        self._terms_heard: dict[str, float] = {}  # slide term (key) -> when last heard said
         #: Work counters (benchmarks, stats): inferences run, seconds spent, audio received,
         #: primed decodes run (slide priming; a guarded pass may skip its primed decode).
         self.inferences = 0
@@ -509,10 +508,10 @@ class AsrStage(Stage):
         Guarded (`prime_guard`), the pass is read unprimed and primed (the encoder output
         shared), and the guard keeps the unprimed reading except where the primed one hears a
         term in place of words spelled like it; a pass the guard does not cover is read
-        unprimed. Once the speech has been heard saying `prime_trust_terms` distinct terms
-        still on screen (`heard_terms`, within `prime_window_s`), the slides carry the speech:
-        passes are read primed only, as Whisper reads them with the terms. With the guard off
-        every pass is read primed only.
+        unprimed. Once the words heard (committed or pending) in the last `prime_window_s` hold
+        `prime_trust_terms` distinct terms still on screen, the slides carry the speech: passes
+        are read primed only, as Whisper reads them with the terms. With the guard off every
+        pass is read primed only.
         """
         assert self._transcriber is not None
         transcribe = self._transcriber.transcribe
@@ -524,27 +523,20 @@ class AsrStage(Stage):
             return raw, terms
         plain = await self.run_blocking(transcribe, audio, prompt, fast=fast)
         if not self._guarded(fast=fast, lookback=lookback):
-            self._heard(heard_terms(plain, plain, terms), until)
             return plain, []
         self.primed_decodes += 1
         primed = await self.run_blocking(transcribe, audio, prompt, fast=fast, hotwords=terms)
-        guarded = guard_primed(plain, primed, terms)
-        self._heard(heard_terms(plain, guarded, terms), until)
-        # The pass that brings the evidence is read as the trusted ones are.
-        return (primed if self._trusted(terms, until) else guarded), terms
-
-    def _heard(self, keys: set[str], t: float) -> None:
-        for key in keys:
-            self._terms_heard[key] = t
+        return guard_primed(plain, primed, terms), terms
 
     def _trusted(self, terms: Sequence[str], t: float) -> bool:
-        """Whether `prime_trust_terms` distinct terms of `terms` were heard said lately."""
+        """Whether the words heard lately say `prime_trust_terms` distinct terms of `terms`."""
         need = self.config.prime_trust_terms
-        if need == 0:
-            return False
-        since = t - self.config.prime_window_s
-        shown = {Word(x, 0.0, 0.0).key for x in terms}
-        return sum(1 for k, at in self._terms_heard.items() if at >= since and k in shown) >= need
+        heard = self._heard_since(t - self.config.prime_window_s)
+        return need > 0 and len(count_terms((w.word for w in heard), terms)) >= need
+
+    def _heard_since(self, since: float) -> list[Word]:
+        """The words committed or pending that end at or after media time `since`."""
+        return [w for w in (*self._history, *self._policy.pending) if w.t_end >= since]
 
     # -- events ---------------------------------------------------------------------------
     def _asr_event(self, words: Sequence[Word], rule: AsrCommitRule) -> EventFrame:
@@ -723,8 +715,7 @@ class AsrStage(Stage):
         screen = self.screen_terms
         if screen is None or cfg.prime_max_terms == 0 or self._transcriber is None:
             return []
-        since = t - cfg.prime_window_s
-        heard = [w for w in (*self._history, *self._policy.pending) if w.t_end >= since]
+        heard = self._heard_since(t - cfg.prime_window_s)
         if not relevant(heard, screen.lines(t), cfg.prime_min_overlap):
             return []
         return screen.terms(t, self._transcriber.token_count, cfg.prime_max_terms)
