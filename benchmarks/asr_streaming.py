@@ -6,6 +6,8 @@ Systems (all the same Whisper model, each a real `Stage` fed 20 ms windows):
   OCR stage's events would; `prime_max_terms` 20 unless set); ``ours-primed-other``: primed
   the same way with the slides of the next synthetic clip of the split (another lecture's
   slides over every synthetic clip's speech: how much priming costs where slides do not match);
+  ``ours-reviser``: ``ours`` with ``background_revise`` (Whisper base re-reads each utterance
+  after its commits, on a low-priority thread, and revises);
 - ``la2``: whisper_streaming-style LocalAgreement-2: the growing buffer re-transcribed every
   1 s (full window, no VAD), the longest common prefix of two hypotheses committed, the buffer
   trimmed at a committed sentence end past 15 s;
@@ -64,7 +66,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_INPUT = ROOT / "src" / "streamfuse" / "assets" / "demo" / "lecture.mp4"  # package data
-SYSTEMS = ("ours", "ours-primed", "la2", "vad")  # and "ours-primed-other"
+SYSTEMS = ("ours", "ours-primed", "la2", "vad")  # and "ours-primed-other", "ours-reviser"
 
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT / "src"))
@@ -338,6 +340,8 @@ def make_stage(system: str, clip: Clip, config: AsrConfig, transcriber: Transcri
             terms.add(slide["lines"], slide["t_start"] + ocr_delay_s)
         if config.prime_max_terms == 0:
             config = config.model_copy(update={"prime_max_terms": 20})
+    if system == "ours-reviser":
+        config = config.model_copy(update={"background_revise": True})
     # Simulated clock: not live (no queue to coalesce; `effort="auto"` counts CPU time).
     return AsrStage(config, transcriber=transcriber, screen_terms=terms, live=live, name=system)
 
@@ -658,6 +662,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"{getattr(stage, 'inference_s', 0.0):.1f} s"
                 + (f"  effort passes {effort.passes}" if effort is not None else "")
                 + (f"  primed decodes {n}" if (n := getattr(stage, "primed_decodes", 0)) else "")
+                + (
+                    f"  reviser passes {reader.passes} ({reader.busy_s:.1f} s)"
+                    if (reader := getattr(stage, "reader", None)) is not None
+                    else ""
+                )  # fmt: skip
                 + f"  | {res.text[:110]}"
             )
             if args.show_text:

@@ -189,6 +189,12 @@ class AsrRevisionPayload(Payload):
     words: list[AsrWord] = Field(description="The words that replace `replaced`.")
     replaced: list[AsrWord] = Field(description="The committed words this event supersedes.")
     replaced_text: str = Field(description="The superseded words as text.")
+    model: str | None = Field(
+        None,
+        description="The model that read `words` when it is not the stream's own: the "
+        "background reviser's accurate model (`background_revise`); null for the stream's "
+        "model.",
+    )
 
 
 class AsrPartialPayload(Payload):

@@ -16,7 +16,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamfuse.audio import AsrConfig, AsrStage, ScreenTerms, Transcriber, Word
+from streamfuse.audio import (
+    AsrConfig,
+    AsrStage,
+    BackgroundReader,
+    ScreenTerms,
+    Transcriber,
+    Word,
+)
+from streamfuse.audio.reviser import Reread
 from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, AudioFrame, ErrorFrame, EventFrame
 from streamfuse.pipeline import OverloadPolicy
 from streamfuse.testing import run_stage
@@ -671,3 +679,84 @@ def test_pause_commit_commits_the_words_before_a_pause_ahead_of_the_full_pass(
     early = {k: first_commit[False][k] - t for k, t in first_commit[True].items()}
     assert min(early.values()) >= -1e-6
     assert max(early.values()) > 0.0
+
+
+class AlwaysMishearingTranscriber(ScriptedTranscriber):
+    """Every pass, fast or full, however long its audio, reads `word` as `heard`: a word the
+    stream's own model never gets right."""
+
+    def __init__(self, audio: np.ndarray, script: list[tuple[str, float, float]], word: str,
+                 heard: str) -> None:  # fmt: skip
+        super().__init__(audio, script)
+        self.word, self.heard = word, heard
+
+    def transcribe(self, audio: np.ndarray, prompt: str = "", **kwargs: object) -> list[Word]:
+        words = super().transcribe(audio, prompt, **kwargs)  # type: ignore[arg-type]
+        return [
+            Word(" " + self.heard, w.t_start, w.t_end, 0.9) if w.word.strip() == self.word else w
+            for w in words
+        ]
+
+
+def test_the_background_reader_revises_what_the_stream_model_never_gets_right(
+    clip: np.ndarray,
+) -> None:
+    """The stream's model reads "engine" as "engines" in every pass; the background reader
+    (the accurate model, here a script of the truth) reads the utterance again after its
+    commits and revises it. The next utterance-end pass of the stream's model, reaching back
+    over that utterance (lookback), reads "engines" again: it must not undo the reader's word."""
+    script = _truth_words()
+    config = AsrConfig(**_FAST)
+
+    def run(reader: BackgroundReader | None) -> list[EventFrame]:
+        stream_model = AlwaysMishearingTranscriber(clip, script, "engine", "engines")
+        stage = AsrStage(config, transcriber=stream_model, reader=reader)
+        return asyncio.run(_run(stage, clip))[0]
+
+    events = run(None)
+    assert "engines" in _speech(events)
+
+    accurate = ScriptedTranscriber(clip, script)
+    events = run(BackgroundReader(config, transcriber=accurate))
+    assert _speech(events) == [w for w, _, _ in script]
+    revisions = [e.payload.fields() for e in events if e.type == "asr_revision"]
+    assert [(r["replaced_text"], r["text"], r["model"]) for r in revisions] == [
+        ("engines", "engine", "base")
+    ]
+    # It read each utterance end's audio: the whole clip's speech, every utterance once or more.
+    assert accurate.calls >= 3
+    first = [w["word"] for e in events if e.type == "asr" for w in e.payload.fields()["words"]]
+    assert "engines" in first  # the first commits are the stream model's, not waiting for it
+
+
+def test_the_background_reader_runs_at_the_lowest_priority() -> None:
+    """The reader's thread (and the model threads it starts, which inherit it) only takes CPU
+    that nothing else wants."""
+    import os
+    import threading
+
+    if not hasattr(os, "getpriority"):
+        pytest.skip("per-thread priority is a Linux feature")
+
+    class Probe(Transcriber):
+        nice: int | None = None
+
+        def transcribe(self, audio: np.ndarray, prompt: str = "", **kwargs: object) -> list[Word]:
+            Probe.nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            return []
+
+    async def read() -> None:
+        reader = BackgroundReader(AsrConfig(), transcriber=Probe())
+        await reader.load()
+        await reader.read(Reread(np.zeros(SR, np.float32), 0.0, "", 0.0, 1.0))
+        reader.close()
+
+    asyncio.run(read())
+    assert Probe.nice == 19
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) != 19  # not the caller's
+
+
+def test_background_revise_and_an_effort_rung_are_one_or_the_other() -> None:
+    with pytest.raises(ValueError, match="background_revise"):
+        AsrConfig(background_revise=True, effort=2)
+    AsrConfig(background_revise=True)

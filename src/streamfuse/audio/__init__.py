@@ -11,12 +11,14 @@ from streamfuse.audio.config import AsrConfig
 from streamfuse.audio.models import resolve_whisper_model
 from streamfuse.audio.policy import LocalAgreement, Word
 from streamfuse.audio.priming import ScreenTerms
+from streamfuse.audio.reviser import BackgroundReader
 from streamfuse.audio.stage import AsrStage
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
 
 __all__ = [
     "AsrConfig",
     "AsrStage",
+    "BackgroundReader",
     "LocalAgreement",
     "ScreenTerms",
     "Transcriber",

@@ -66,6 +66,16 @@ class AsrConfig(BaseModel):
         "bundled clip and the speech set's dev split). Unshifted, a word base heard centred "
         "inside a committed tiny.en word was taken as already committed and lost.",
     )
+    background_revise: bool = Field(
+        False,
+        description="`effort_model` at `effort_beam` re-reads the audio of each utterance-end "
+        "pass (lookback included) on a thread of the lowest CPU priority, after the stream's "
+        "own model has committed it, and revises the words it reads differently "
+        "(`asr_revision` events with `model` set); words it read are not revised again by the "
+        "stream's model. First commits never wait for it. One reading at a time: an utterance "
+        "that ends while it is busy waits, and a newer one replaces a waiting one (its lookback "
+        "covers the utterances before it). With `effort` 0 only (docs/asr.md).",
+    )
     effort_control: EffortControllerConfig = Field(
         default_factory=EffortControllerConfig,
         description="Water marks and hysteresis of `effort='auto'` (`qos.effort`).",
@@ -343,6 +353,11 @@ class AsrConfig(BaseModel):
             raise ValueError(
                 f"pause_update_s ({self.pause_update_s}) must be shorter than min_silence_s "
                 f"({self.min_silence_s})"
+            )
+        if self.background_revise and self.effort != 0:
+            raise ValueError(
+                f"background_revise reads with effort_model after the commits; effort "
+                f"{self.effort!r} runs it in the commit path: choose one (effort 0)"
             )
         return self
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from streamfuse.audio.config import AsrConfig
 from streamfuse.audio.policy import Word
+from streamfuse.audio.reviser import accurate_config, shift_words
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
 from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ
 from streamfuse.qos.busy import BusyWindow
@@ -36,9 +37,8 @@ _LATENCY_ALPHA = 0.3  # weight of the newest commit latency in its running mean
 def effort_transcribers(base: WhisperTranscriber) -> list[Transcriber]:
     """The full-window transcriber of each rung around the stream's own Whisper model: itself,
     itself at beam `effort_beam` (the loaded model shared), and `effort_model` at that beam."""
-    cfg = base.config
-    beam = max(cfg.full_beam_size, cfg.effort_beam)
-    accurate = cfg.model_copy(update={"model": cfg.effort_model, "full_beam_size": beam})
+    accurate = accurate_config(base.config)
+    beam = accurate.full_beam_size
     return [base, base.variant(full_beam_size=beam), WhisperTranscriber(accurate)]
 
 
@@ -105,15 +105,11 @@ class EffortTranscriber(Transcriber):
             words = target.transcribe(audio, prompt, fast=fast, hotwords=hotwords)
         finally:
             self._busy_s += self._clock() - started
-        shift = self.config.effort_model_shift_s
-        if fast or self.rung < 2 or shift == 0.0:
+        if fast or self.rung < 2:
             return words
         # The accurate model's word times, on the clock of the stream's own model.
         end = len(audio) / AUDIO_SAMPLE_RATE_HZ
-        return [
-            Word(w.word, min(max(0.0, w.t_start + shift), end), min(w.t_end + shift, end), w.p)
-            for w in words
-        ]
+        return shift_words(words, self.config.effort_model_shift_s, end)
 
     # -- feedback -------------------------------------------------------------------------------
     def record_latency(self, latency_s: float) -> None:

@@ -8,7 +8,9 @@ restarts. That pass hears the whole utterance, and reaches back over the utteran
 (audio kept past the buffer; from the last such pass's start while it fits `revise_window_s`,
 else from an utterance end within `revise_lookback_s`): where it reads words committed earlier
 differently, now with what followed them, `asr_revision` events replace each differing stretch
-whole (`revise`). Long
+whole (`revise`). With `background_revise` the accurate model (Whisper base) reads each such
+pass's audio again on a low-priority thread after the commits and revises in the same way
+(`audio.reviser`). Long
 speech is trimmed at committed sentence ends. With a `ScreenTerms`, rare words read on screen in
 the last minute are passed to the model as hotwords (slide priming); with `prime_guard` a primed
 pass is decoded unprimed too and keeps the primed words only where they put a slide term in place
@@ -21,6 +23,7 @@ window holding the end of its last word, so `latency_ms` = commit time - when th
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import logging
 import math
@@ -43,6 +46,7 @@ from streamfuse.audio.priming import (
     guard_primed,
     relevant,
 )
+from streamfuse.audio.reviser import BackgroundReader, Reread
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
 from streamfuse.audio.vad import GateEvent, SileroVad, SpeechGate, VadChunk
 from streamfuse.errors import StageError
@@ -81,6 +85,7 @@ class AsrStage(Stage):
         transcriber: Transcriber | None = None,
         vad: SileroVad | None = None,
         screen_terms: ScreenTerms | None = None,
+        reader: BackgroundReader | None = None,
         live: bool = True,
         name: str | None = None,
     ) -> None:
@@ -96,6 +101,13 @@ class AsrStage(Stage):
         self.screen_terms = screen_terms
         self._transcriber = transcriber
         self._vad = vad
+        #: The background reviser (`background_revise`; made at setup unless given).
+        self.reader = reader
+        self._reading: tuple[Reread, asyncio.Future[list[Word]]] | None = None
+        self._next_read: Reread | None = None
+        # ids of the words in `_history` the background reader put there: the stream's own
+        # model does not revise them again.
+        self._accurate: set[int] = set()
         cfg = self.config
         self._gate = SpeechGate(cfg.vad_start_threshold, cfg.vad_end_threshold, cfg.min_silence_s)
         self._policy = LocalAgreement(carry=cfg.age_carry)
@@ -142,6 +154,18 @@ class AsrStage(Stage):
         if self.config.effort != 0 and isinstance(self._transcriber, WhisperTranscriber):
             self._transcriber = await self.run_blocking(self._effort_ladder, self._transcriber)
         await self.run_blocking(self._transcriber.load)
+        if (
+            self.config.background_revise
+            and self.reader is None
+            and isinstance(self._transcriber, WhisperTranscriber)
+        ):
+            self.reader = BackgroundReader(self.config)
+        if self.reader is not None:
+            await self.reader.load()
+
+    async def teardown(self) -> None:
+        if self.reader is not None:
+            self.reader.close()
 
     def _effort_ladder(self, whisper: WhisperTranscriber) -> EffortTranscriber:
         """The effort ladder around the stream's Whisper model (`effort`, docs/asr.md). Live, its
@@ -169,7 +193,8 @@ class AsrStage(Stage):
             return None  # not set up yet, or a stand-in transcriber
         name = Path(self.config.model).name  # `tiny.en`, or a model folder's name
         cfg = self.config
-        if cfg.effort == "auto" or cfg.effort == 2:  # the accurate model may run too
+        if cfg.effort == "auto" or cfg.effort == 2 or cfg.background_revise:
+            # the accurate model runs too
             name += "+" + Path(cfg.effort_model).name
         return ModelInfo(f"whisper {name}", cfg.compute_type, _ASR_PACKAGES)
 
@@ -188,6 +213,8 @@ class AsrStage(Stage):
                 f"audio of stream {frame.stream_id!r} reached the ASR stage of stream "
                 f"{self._stream_id!r}; link one AsrStage per stream"
             )
+        for revision in self._readings_done():
+            yield revision
         samples = self._append(frame)
         chunks = await self.run_blocking(self._vad.push, samples)
         for chunk in chunks:
@@ -244,6 +271,8 @@ class AsrStage(Stage):
             start = self._buf_t0 if start is None else start
             for out in self._close_utterance(words, start, rule="stream_end"):
                 yield out
+            async for out in self._reread(start, self._buf_end):
+                yield out
         else:
             committed = self._policy.commit_all()
             if committed:
@@ -252,6 +281,9 @@ class AsrStage(Stage):
         if partial is not None:
             yield partial
         self._speech_start = None
+        while self._reading is not None:  # the last readings revise what they read
+            async for out in self._await_reading():
+                yield out
 
     # -- the policy -----------------------------------------------------------------------
     async def _update(self, *, fast: bool = False, closing: bool = False) -> AsyncIterator[Frame]:
@@ -320,6 +352,8 @@ class AsrStage(Stage):
             hypothesis = await self._transcribe(cut, start=lookback)
         for out in self._close_utterance(hypothesis, start, rule="utterance_end"):
             yield out
+        async for out in self._reread(start, cut):
+            yield out
         partial = self._partial_event([])
         if partial is not None:
             yield partial
@@ -350,19 +384,37 @@ class AsrStage(Stage):
             events.append(self._asr_event(committed, rule))
         return events
 
-    def _revisions(self, heard: list[Word], start: float) -> list[EventFrame]:
+    def _revision_scope(self, start: float) -> float:
+        """Committed words from this media time on are what a full pass over audio from
+        `start` may revise: the current utterance's, and with `revise_lookback_s` those of the
+        earlier utterances in the pass's audio (heard again with what followed them). Without a
+        lookback, earlier utterances the pass heard only as context are not revised: the same
+        time rule as the policy's for what is new."""
+        since = self._utterance_from
+        if self.config.revise_lookback_s > 0:
+            since = min(start, since)
+        return since
+
+    def _revisions(
+        self,
+        heard: list[Word],
+        start: float,
+        *,
+        since: float | None = None,
+        until: float = math.inf,
+        model: str | None = None,
+    ) -> list[EventFrame]:
         """Compare the committed words the full pass could hear with what it `heard` over the
         same time (its audio from media time `start`); a revision event per stretch where they
-        differ. The scope is the current utterance, and with `revise_lookback_s` the earlier
-        utterances in the pass's audio: heard again with what followed them."""
+        differ. The scope: committed words from `since` (`_revision_scope`) to `until`.
+        `model`: the background reader's reading (its words are not revised by the stream's
+        own model later); None: the stream's model's, which leaves the reader's words alone."""
         cfg = self.config
         tol = self._policy.time_tolerance_s
-        # Words of earlier utterances the pass heard only as context are not revised without a
-        # lookback: the same time rule as the policy's for what is new.
-        since = self._utterance_from
-        if cfg.revise_lookback_s > 0:
-            since = min(start, since)
-        scope = [w for w in self._history if w.t_start > since - tol]
+        since = self._revision_scope(start) if since is None else since
+        alive = {id(w) for w in self._history}
+        self._accurate &= alive
+        scope = [w for w in self._history if since - tol < w.t_start < until]
         mine = [w for w in scope if w.t_start >= start - 0.05]
         # Committed words in scope whose audio the pass did not get (the buffer was trimmed
         # inside the utterance): the pass heard a cut word where its audio starts, without its
@@ -387,6 +439,8 @@ class AsrStage(Stage):
                 continue  # a stretch the long pass dropped (no-speech): keep the commits
             if cfg.revise_confidence and not _more_confident(words, replaced):
                 continue
+            if model is None and any(id(w) in self._accurate for w in replaced):
+                continue  # the accurate model read these: the stream's model does not undo it
             stretches.append((replaced, words))
         # A new word centred inside a committed word that stays is that word's sound read a
         # second time (a word cut where the pass's audio starts, or readings aligned apart
@@ -397,10 +451,14 @@ class AsrStage(Stage):
         for replaced, words in stretches:
             words = [w for w in words if not _inside_any(w, kept)]
             if replaced or words:
-                events.append(self._revision_event(replaced, words))
+                events.append(self._revision_event(replaced, words, model))
+                if model is not None:
+                    self._accurate.update(map(id, words))
         return events
 
-    def _revision_event(self, replaced: list[Word], words: list[Word]) -> EventFrame:
+    def _revision_event(
+        self, replaced: list[Word], words: list[Word], model: str | None = None
+    ) -> EventFrame:
         """`replaced` committed words are read as `words`: update the history, build the event."""
         gone = set(map(id, replaced))
         self._history = deque(_replaced(self._history, gone, words), maxlen=self._history.maxlen)
@@ -417,7 +475,65 @@ class AsrStage(Stage):
                 words=[self._word(w) for w in words],
                 replaced=[self._word(w) for w in replaced],
                 replaced_text=join_words(replaced),
+                model=model,
             ),
+        )
+
+    # -- the background reviser -------------------------------------------------------------
+    async def _reread(self, start: float, until: float) -> AsyncIterator[EventFrame]:
+        """An utterance-end pass read the audio from media time `start` to `until` and its
+        words are committed: hand that audio to the background reader. One reading at a time;
+        live, a newer one replaces a waiting one. Offline (not paced) each reading is awaited
+        before the next starts, so the revisions are the same on every run."""
+        if self.reader is None:
+            return
+        span = self._span(until, start)
+        if span is None:
+            return
+        audio, t0 = span
+        job = Reread(audio.copy(), t0, self._prompt(t0), self._revision_scope(start), until)
+        if self._reading is not None and not self.live:
+            async for out in self._await_reading():
+                yield out
+        if self._reading is None:
+            self._start_reading(job)
+        else:
+            self._next_read = job
+
+    def _start_reading(self, job: Reread) -> None:
+        assert self.reader is not None
+        self._reading = (job, self.reader.read(job))
+
+    def _readings_done(self) -> list[EventFrame]:
+        """The revisions of a reading that has finished (none while it runs); starts the next."""
+        if self._reading is None or not self._reading[1].done():
+            return []
+        return self._take_reading()
+
+    async def _await_reading(self) -> AsyncIterator[EventFrame]:
+        assert self._reading is not None
+        await asyncio.wait([self._reading[1]])
+        for out in self._take_reading():
+            yield out
+
+    def _take_reading(self) -> list[EventFrame]:
+        assert self._reading is not None and self.reader is not None
+        job, future = self._reading
+        self._reading = None
+        if self._next_read is not None:
+            self._start_reading(self._next_read)
+            self._next_read = None
+        try:
+            raw = future.result()
+        except Exception:
+            log.exception(
+                "%s: background reading of %.2f-%.2f s failed", self.name, job.t0, job.until
+            )
+            return []
+        span_s = len(job.audio) / AUDIO_SAMPLE_RATE_HZ
+        words = self._cleaned(raw, job.t0, span_s, [])
+        return self._revisions(
+            words, job.t0, since=job.since, until=job.until, model=self.reader.model
         )
 
     async def _maybe_trim(self) -> AsyncIterator[Frame]:
@@ -447,16 +563,11 @@ class AsrStage(Stage):
         """Recognise the buffer up to media time `until` (from `start` when given: reaching back
         into the audio kept before the buffer); words in media time, guarded."""
         assert self._transcriber is not None and self._buf_t0 is not None
-        n = min(self._n, max(0, round((until - self._buf_t0) * AUDIO_SAMPLE_RATE_HZ)))
-        if n < AUDIO_SAMPLE_RATE_HZ // 10:
+        span = self._span(until, start)
+        if span is None:
             return []
-        audio = self._audio()[:n]
-        t0 = self._buf_t0
-        if start is not None and start < t0 and self._past_n:
-            k = min(self._past_n, round((t0 - start) * AUDIO_SAMPLE_RATE_HZ))
-            audio = np.concatenate([self._past_audio()[-k:], audio])
-            t0 -= k / AUDIO_SAMPLE_RATE_HZ
-            n = len(audio)
+        audio, t0 = span
+        n = len(audio)
         prompt = self._prompt(t0)
         # The lookback pass re-reads earlier utterances: primed or not (`prime_lookback`).
         cfg = self.config
@@ -477,7 +588,28 @@ class AsrStage(Stage):
             time.perf_counter() - started,
             join_words(raw),
         )
-        span_s = n / AUDIO_SAMPLE_RATE_HZ
+        return self._cleaned(raw, t0, n / AUDIO_SAMPLE_RATE_HZ, terms)
+
+    def _span(self, until: float, start: float | None) -> tuple[np.ndarray, float] | None:
+        """The audio kept up to media time `until`, from the buffer's start or from `start`
+        (reaching back into the lookback store), and the media time it starts at; None when
+        under 0.1 s."""
+        assert self._buf_t0 is not None
+        n = min(self._n, max(0, round((until - self._buf_t0) * AUDIO_SAMPLE_RATE_HZ)))
+        if n < AUDIO_SAMPLE_RATE_HZ // 10:
+            return None
+        audio = self._audio()[:n]
+        t0 = self._buf_t0
+        if start is not None and start < t0 and self._past_n:
+            k = min(self._past_n, round((t0 - start) * AUDIO_SAMPLE_RATE_HZ))
+            audio = np.concatenate([self._past_audio()[-k:], audio])
+            t0 -= k / AUDIO_SAMPLE_RATE_HZ
+        return audio, t0
+
+    def _cleaned(self, raw: list[Word], t0: float, span_s: float, terms: list[str]) -> list[Word]:
+        """A pass's `raw` words (times from its audio's start, media time `t0`, `span_s` long)
+        in media time, without the tail hallucination, recited or unspoken terms and
+        low-probability words in silence."""
         end = t0 + span_s
         raw = _drop_trailing_hallucination(raw, span_s, self.config.trailing_word_min_p)
         raw = drop_recited(raw, terms)

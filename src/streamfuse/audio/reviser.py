@@ -1,0 +1,113 @@
+"""The accurate model as a background reviser: utterances re-read after they were committed.
+
+The stream's own model (tiny.en) commits every word; at each utterance end the audio its full
+pass read (the utterance and its lookback) is handed to `BackgroundReader`, which reads it again
+with `effort_model` (Whisper base) at `effort_beam` on one thread of the lowest CPU priority. The
+stage compares that reading with what was committed and emits `asr_revision` events where they
+differ. So base's accuracy arrives when a core is free for it, and first commits never wait for
+it (the effort ladder's rung 2 runs base inline, in the commit path: docs/asr.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from streamfuse.audio.config import AsrConfig
+from streamfuse.audio.policy import Word
+from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
+from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ
+
+log = logging.getLogger(__name__)
+
+#: nice value of the reviser's thread (and of the model threads it starts): the lowest priority.
+LOWEST_PRIORITY = 19
+
+
+def _lower_priority() -> None:
+    """Thread initializer: this thread, and every thread it starts (nice is inherited), runs
+    only when nothing else wants the CPU. Linux sets nice per thread; elsewhere a no-op."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOWEST_PRIORITY)
+    except (AttributeError, OSError) as e:  # pragma: no cover - not Linux
+        log.debug("cannot lower the reviser thread's priority: %s", e)
+
+
+def accurate_config(config: AsrConfig) -> AsrConfig:
+    """The stream's ASR settings with `effort_model` at `effort_beam` for its full passes."""
+    beam = max(config.full_beam_size, config.effort_beam)
+    return config.model_copy(update={"model": config.effort_model, "full_beam_size": beam})
+
+
+def shift_words(words: Sequence[Word], shift_s: float, end_s: float) -> list[Word]:
+    """`words` moved by `shift_s` (the accurate model's times onto the stream model's clock),
+    kept inside 0..`end_s`."""
+    if shift_s == 0.0:
+        return list(words)
+    return [
+        Word(w.word, min(max(0.0, w.t_start + shift_s), end_s), min(w.t_end + shift_s, end_s), w.p)
+        for w in words
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class Reread:
+    """One utterance end's audio, to be read again: `audio` from media time `t0`; committed words
+    from `since` to `until` are what the reading may revise."""
+
+    audio: np.ndarray
+    t0: float
+    prompt: str
+    since: float
+    until: float
+
+
+class BackgroundReader:
+    """`effort_model` on one low-priority worker thread. `read` returns a future of words in
+    the audio's own time (shifted onto the stream model's clock). `transcriber`: a stand-in for
+    the accurate model (tests)."""
+
+    def __init__(self, config: AsrConfig, transcriber: Transcriber | None = None) -> None:
+        self.config = config
+        self.transcriber = transcriber or WhisperTranscriber(accurate_config(config))
+        #: The model's name, as revision events give it.
+        self.model = Path(config.effort_model).name
+        self._pool = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="sf-asr-reviser", initializer=_lower_priority
+        )
+        #: Passes run and their wall seconds (benchmarks, stats).
+        self.passes = 0
+        self.busy_s = 0.0
+
+    async def load(self) -> None:
+        """Load the model on the reviser's thread, so the model's own threads start there and
+        inherit its priority."""
+        await asyncio.get_running_loop().run_in_executor(self._pool, self.transcriber.load)
+
+    def read(self, job: Reread) -> asyncio.Future[list[Word]]:
+        return asyncio.get_running_loop().run_in_executor(self._pool, self._read, job)
+
+    def _read(self, job: Reread) -> list[Word]:
+        started = time.perf_counter()
+        try:
+            words = self.transcriber.transcribe(job.audio, job.prompt)
+        finally:
+            self.passes += 1
+            self.busy_s += time.perf_counter() - started
+        end_s = len(job.audio) / AUDIO_SAMPLE_RATE_HZ
+        return shift_words(words, self.config.effort_model_shift_s, end_s)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+__all__ = ["BackgroundReader", "Reread", "accurate_config", "shift_words"]
