@@ -20,7 +20,7 @@ import psutil
 from pydantic import BaseModel, ConfigDict, Field
 
 from streamfuse import telemetry
-from streamfuse.audio import AsrConfig, AsrStage, ScreenTerms
+from streamfuse.audio import AsrConfig, AsrStage, BackgroundReader, ScreenTerms
 from streamfuse.audio.vad import CHUNK as VAD_CHUNK
 from streamfuse.errors import ConfigError, SourceError
 from streamfuse.events import EventIds, EventType, StatsPayload, stats_record
@@ -364,6 +364,7 @@ async def build_pipeline(
         lm_settings = lm_config(config, n_streams)
         lm = models.lm_stage(lm_settings) if models is not None else LMStage(lm_settings)
     timeline = TimelineStage(config.timeline) if lm is not None else None
+    reader: BackgroundReader | None = None  # the ASR stages' background reviser, shared
     for i, item in enumerate(inputs):
         if isinstance(item, TextSource):
             sources.append(item)
@@ -430,6 +431,8 @@ async def build_pipeline(
                 screen = ScreenTerms(stream_id, window_s=asr_config.prime_window_s)
                 pipeline.observe(screen)
             asr_name = f"asr:{stream_id}"
+            if asr_config.revises_in_background and reader is None:
+                reader = BackgroundReader(asr_config)  # one accurate model for every stream
             asr = AsrStage(
                 asr_config,
                 transcriber=(
@@ -438,6 +441,7 @@ async def build_pipeline(
                     else None
                 ),
                 screen_terms=screen,
+                reader=reader,
                 live=config.realtime or source.live,
                 name=asr_name,
             )

@@ -682,20 +682,22 @@ def test_pause_commit_commits_the_words_before_a_pause_ahead_of_the_full_pass(
 
 
 class AlwaysMishearingTranscriber(ScriptedTranscriber):
-    """Every pass, fast or full, however long its audio, reads `word` as `heard`: a word the
-    stream's own model never gets right."""
+    """Every pass, fast or full, however long its audio, reads `word` as `heard` (with
+    probability `p`; the script's words have 0.9): a word the stream's own model never gets
+    right."""
 
     def __init__(self, audio: np.ndarray, script: list[tuple[str, float, float]], word: str,
-                 heard: str) -> None:  # fmt: skip
+                 heard: str, p: float) -> None:  # fmt: skip
         super().__init__(audio, script)
-        self.word, self.heard = word, heard
+        self.word, self.heard, self.p = word, heard, p
 
     def transcribe(self, audio: np.ndarray, prompt: str = "", **kwargs: object) -> list[Word]:
         words = super().transcribe(audio, prompt, **kwargs)  # type: ignore[arg-type]
         return [
-            Word(" " + self.heard, w.t_start, w.t_end, 0.9) if w.word.strip() == self.word else w
+            Word(" " + self.heard, w.t_start, w.t_end, self.p) if w.word.strip() == self.word
+            else w
             for w in words
-        ]
+        ]  # fmt: skip
 
 
 def test_the_background_reader_revises_what_the_stream_model_never_gets_right(
@@ -704,12 +706,14 @@ def test_the_background_reader_revises_what_the_stream_model_never_gets_right(
     """The stream's model reads "engine" as "engines" in every pass; the background reader
     (the accurate model, here a script of the truth) reads the utterance again after its
     commits and revises it. The next utterance-end pass of the stream's model, reaching back
-    over that utterance (lookback), reads "engines" again: it must not undo the reader's word."""
+    over that utterance (lookback), reads "engines" again: it must not undo the reader's word.
+    The stream's model is unsure of it (p 0.4; the reader 0.9): `background_confidence` lets
+    the surer reading win."""
     script = _truth_words()
     config = AsrConfig(**_FAST)
 
     def run(reader: BackgroundReader | None) -> list[EventFrame]:
-        stream_model = AlwaysMishearingTranscriber(clip, script, "engine", "engines")
+        stream_model = AlwaysMishearingTranscriber(clip, script, "engine", "engines", 0.4)
         stage = AsrStage(config, transcriber=stream_model, reader=reader)
         return asyncio.run(_run(stage, clip))[0]
 
@@ -756,7 +760,50 @@ def test_the_background_reader_runs_at_the_lowest_priority() -> None:
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) != 19  # not the caller's
 
 
-def test_background_revise_and_an_effort_rung_are_one_or_the_other() -> None:
-    with pytest.raises(ValueError, match="background_revise"):
-        AsrConfig(background_revise=True, effort=2)
-    AsrConfig(background_revise=True)
+def test_an_effort_rung_reads_with_the_accurate_model_itself_not_in_the_background() -> None:
+    assert AsrConfig(background_revise=True).revises_in_background
+    assert not AsrConfig(background_revise=True, effort=2).revises_in_background
+    assert not AsrConfig(background_revise=False).revises_in_background
+
+
+def test_a_shared_background_reader_closes_with_its_last_stage(clip: np.ndarray) -> None:
+    """Two streams' stages share one reader (one accurate model): the first to finish leaves
+    it open for the other; the last closes it."""
+    script = _truth_words()
+    accurate = ScriptedTranscriber(clip, script)
+    reader = BackgroundReader(AsrConfig(), transcriber=accurate)
+
+    async def both() -> tuple[AsrStage, AsrStage]:
+        a, b = (
+            AsrStage(AsrConfig(**_FAST), transcriber=ScriptedTranscriber(clip, script),
+                     reader=reader, name=name)
+            for name in ("asr:a", "asr:b")
+        )  # fmt: skip
+        await a.setup()
+        await b.setup()
+        await a.teardown()
+        await reader.read(Reread(clip[: SR // 2].copy(), 0.0, "", 0.0, 0.5))  # still open
+        await b.teardown()
+        return a, b
+
+    async def after() -> None:
+        await reader.read(Reread(clip[: SR // 2].copy(), 0.0, "", 0.0, 0.5))
+
+    asyncio.run(both())
+    assert accurate.calls == 1
+    with pytest.raises(RuntimeError, match="shutdown"):  # closed: no new reading is taken
+        asyncio.run(after())
+
+
+@pytest.mark.parametrize("confidence", [True, False])
+def test_the_background_reader_leaves_a_surer_commit_alone(
+    clip: np.ndarray, confidence: bool
+) -> None:
+    """With `background_confidence` the reader does not replace a word the stream's model was
+    surer of (p 0.95 against its 0.9); without it, its reading always wins."""
+    script = _truth_words()
+    config = AsrConfig(**_FAST, background_confidence=confidence)
+    stream_model = AlwaysMishearingTranscriber(clip, script, "engine", "engines", 0.95)
+    reader = BackgroundReader(config, transcriber=ScriptedTranscriber(clip, script))
+    events, _ = asyncio.run(_run(AsrStage(config, transcriber=stream_model, reader=reader), clip))
+    assert ("engines" in _speech(events)) is confidence

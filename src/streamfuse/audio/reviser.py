@@ -73,8 +73,10 @@ class Reread:
 
 class BackgroundReader:
     """`effort_model` on one low-priority worker thread. `read` returns a future of words in
-    the audio's own time (shifted onto the stream model's clock). `transcriber`: a stand-in for
-    the accurate model (tests)."""
+    the audio's own time (shifted onto the stream model's clock). One reader may serve the
+    ASR stages of several streams (one model loaded; their readings queue in turn): each stage
+    `attach`es it at setup and `release`s it at teardown; the last release closes it.
+    `transcriber`: a stand-in for the accurate model (tests)."""
 
     def __init__(self, config: AsrConfig, transcriber: Transcriber | None = None) -> None:
         self.config = config
@@ -87,6 +89,15 @@ class BackgroundReader:
         #: Passes run and their wall seconds (benchmarks, stats).
         self.passes = 0
         self.busy_s = 0.0
+        self._users = 0
+
+    def attach(self) -> None:
+        self._users += 1
+
+    def release(self) -> None:
+        self._users -= 1
+        if self._users <= 0:
+            self.close()
 
     async def load(self) -> None:
         """Load the model on the reviser's thread, so the model's own threads start there and

@@ -155,17 +155,20 @@ class AsrStage(Stage):
             self._transcriber = await self.run_blocking(self._effort_ladder, self._transcriber)
         await self.run_blocking(self._transcriber.load)
         if (
-            self.config.background_revise
+            self.config.revises_in_background
             and self.reader is None
             and isinstance(self._transcriber, WhisperTranscriber)
         ):
             self.reader = BackgroundReader(self.config)
+        if self.reader is not None and self.config.effort != 0:
+            self.reader = None  # the effort ladder reads with the accurate model itself
         if self.reader is not None:
+            self.reader.attach()
             await self.reader.load()
 
     async def teardown(self) -> None:
         if self.reader is not None:
-            self.reader.close()
+            self.reader.release()
 
     def _effort_ladder(self, whisper: WhisperTranscriber) -> EffortTranscriber:
         """The effort ladder around the stream's Whisper model (`effort`, docs/asr.md). Live, its
@@ -193,7 +196,7 @@ class AsrStage(Stage):
             return None  # not set up yet, or a stand-in transcriber
         name = Path(self.config.model).name  # `tiny.en`, or a model folder's name
         cfg = self.config
-        if cfg.effort == "auto" or cfg.effort == 2 or cfg.background_revise:
+        if cfg.effort == "auto" or cfg.effort == 2 or cfg.revises_in_background:
             # the accurate model runs too
             name += "+" + Path(cfg.effort_model).name
         return ModelInfo(f"whisper {name}", cfg.compute_type, _ASR_PACKAGES)
@@ -437,7 +440,8 @@ class AsrStage(Stage):
             replaced, words = mine[i1:i2], heard[j1:j2]
             if cfg.revise_lookback_s > 0 and len(words) < cfg.revise_min_share * len(replaced) - 1:
                 continue  # a stretch the long pass dropped (no-speech): keep the commits
-            if cfg.revise_confidence and not _more_confident(words, replaced):
+            confidence = cfg.revise_confidence if model is None else cfg.background_confidence
+            if confidence and not _more_confident(words, replaced):
                 continue
             if model is None and any(id(w) in self._accurate for w in replaced):
                 continue  # the accurate model read these: the stream's model does not undo it
