@@ -6,8 +6,9 @@ Systems (all the same Whisper model, each a real `Stage` fed 20 ms windows):
   OCR stage's events would; `prime_max_terms` 20 unless set); ``ours-primed-other``: primed
   the same way with the slides of the next synthetic clip of the split (another lecture's
   slides over every synthetic clip's speech: how much priming costs where slides do not match);
-  ``ours-reviser``: ``ours`` with ``background_revise`` (Whisper base re-reads each utterance
-  after its commits, on a low-priority thread, and revises);
+  ``ours-reviser``: ``ours`` with ``background_revise`` forced on (Whisper base re-reads each
+  utterance after its commits, on a low-priority thread, and revises; on by default, so
+  ``--set background_revise=false`` makes ``ours`` tiny.en alone beside it);
 - ``la2``: whisper_streaming-style LocalAgreement-2: the growing buffer re-transcribed every
   1 s (full window, no VAD), the longest common prefix of two hypotheses committed, the buffer
   trimmed at a committed sentence end past 15 s;

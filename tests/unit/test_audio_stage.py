@@ -764,6 +764,7 @@ def test_an_effort_rung_reads_with_the_accurate_model_itself_not_in_the_backgrou
     assert AsrConfig(background_revise=True).revises_in_background
     assert not AsrConfig(background_revise=True, effort=2).revises_in_background
     assert not AsrConfig(background_revise=False).revises_in_background
+    assert not AsrConfig(model="base").revises_in_background  # it is the accurate model
 
 
 def test_a_shared_background_reader_closes_with_its_last_stage(clip: np.ndarray) -> None:

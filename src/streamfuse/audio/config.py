@@ -368,8 +368,9 @@ class AsrConfig(BaseModel):
 
     @property
     def revises_in_background(self) -> bool:
-        """Whether the background reviser runs (`background_revise`, with `effort` 0)."""
-        return self.background_revise and self.effort == 0
+        """Whether the background reviser runs: `background_revise`, with `effort` 0 and a
+        stream model other than `effort_model` (base reading base again would change nothing)."""
+        return self.background_revise and self.effort == 0 and self.model != self.effort_model
 
 
 __all__ = ["AsrConfig"]
