@@ -21,6 +21,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from difflib import SequenceMatcher
+from typing import Literal
 
 from streamfuse.audio.policy import Word
 from streamfuse.events import OcrPayload
@@ -287,12 +288,33 @@ def count_terms(words: Iterable[str], terms: Iterable[str]) -> Counter[str]:
     return Counter(t for t in (_term_of(_key(w), keys) for w in words) if t is not None)
 
 
+#: How a pass reads with slide terms: unprimed, primed only, or both with `guard_primed`.
+PrimingMode = Literal["plain", "primed", "guarded"]
+
+
+def read_primed(
+    transcribe: Callable[..., list[Word]], mode: PrimingMode, terms: Sequence[str]
+) -> tuple[list[Word], list[str]]:
+    """One pass's words read as `mode` says (`transcribe(hotwords=...)` decodes the pass's
+    audio), and the terms it was primed with ([]: read unprimed). Guarded, it is decoded
+    unprimed and primed and `guard_primed` keeps the unprimed reading but where the primed one
+    hears a term in place of words spelled like it (Whisper encodes the audio once)."""
+    if mode == "plain" or not terms:
+        return transcribe(), []
+    if mode == "primed":
+        return transcribe(hotwords=terms), list(terms)
+    plain = transcribe()
+    return guard_primed(plain, transcribe(hotwords=terms), terms), list(terms)
+
+
 __all__ = [
+    "PrimingMode",
     "ScreenTerms",
     "TokenCount",
     "count_terms",
     "drop_recited",
     "drop_unspoken_terms",
     "guard_primed",
+    "read_primed",
     "relevant",
 ]

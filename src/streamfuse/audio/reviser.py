@@ -17,13 +17,15 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from streamfuse.audio.config import AsrConfig
 from streamfuse.audio.policy import Word
+from streamfuse.audio.priming import PrimingMode, read_primed
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
 from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ
 
@@ -62,13 +64,16 @@ def shift_words(words: Sequence[Word], shift_s: float, end_s: float) -> list[Wor
 @dataclass(frozen=True, slots=True)
 class Reread:
     """One utterance end's audio, to be read again: `audio` from media time `t0`; committed words
-    from `since` to `until` are what the reading may revise."""
+    from `since` to `until` are what the reading may revise. With slide `terms` it is read as
+    `mode` says (`priming.read_primed`), as the stream's own pass over that audio would be."""
 
     audio: np.ndarray
     t0: float
     prompt: str
     since: float
     until: float
+    mode: PrimingMode = "plain"
+    terms: list[str] = field(default_factory=list)
 
 
 class BackgroundReader:
@@ -110,7 +115,8 @@ class BackgroundReader:
     def _read(self, job: Reread) -> list[Word]:
         started = time.perf_counter()
         try:
-            words = self.transcriber.transcribe(job.audio, job.prompt)
+            transcribe = partial(self.transcriber.transcribe, job.audio, job.prompt)
+            words, _ = read_primed(transcribe, job.mode, job.terms)
         finally:
             self.passes += 1
             self.busy_s += time.perf_counter() - started

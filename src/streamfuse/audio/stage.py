@@ -31,6 +31,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
 from difflib import SequenceMatcher
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -39,11 +40,12 @@ from streamfuse.audio.config import AsrConfig
 from streamfuse.audio.effort import EffortTranscriber, effort_transcribers
 from streamfuse.audio.policy import LocalAgreement, Word, join_words
 from streamfuse.audio.priming import (
+    PrimingMode,
     ScreenTerms,
     count_terms,
     drop_recited,
     drop_unspoken_terms,
-    guard_primed,
+    read_primed,
     relevant,
 )
 from streamfuse.audio.reviser import BackgroundReader, Reread
@@ -495,7 +497,13 @@ class AsrStage(Stage):
         if span is None:
             return
         audio, t0 = span
-        job = Reread(audio.copy(), t0, self._prompt(t0), self._revision_scope(start), until)
+        cfg = self.config
+        lookback = t0 < (self._buf_t0 or 0.0)
+        terms = self._terms(until) if not lookback or cfg.prime_lookback else []
+        mode = self._priming_mode(terms, until, fast=False, lookback=lookback)
+        job = Reread(
+            audio.copy(), t0, self._prompt(t0), self._revision_scope(start), until, mode, terms
+        )
         if self._reading is not None and not self.live:
             async for out in self._await_reading():
                 yield out
@@ -535,7 +543,7 @@ class AsrStage(Stage):
             )
             return []
         span_s = len(job.audio) / AUDIO_SAMPLE_RATE_HZ
-        words = self._cleaned(raw, job.t0, span_s, [])
+        words = self._cleaned(raw, job.t0, span_s, job.terms if job.mode != "plain" else [])
         return self._revisions(
             words, job.t0, since=job.since, until=job.until, model=self.reader.model
         )
@@ -639,30 +647,30 @@ class AsrStage(Stage):
         fast: bool,
         lookback: bool,
     ) -> tuple[list[Word], list[str]]:
-        """One pass's words, and the terms it was primed with ([]: read unprimed).
-
-        Guarded (`prime_guard`), the pass is read unprimed and primed (the encoder output
-        shared), and the guard keeps the unprimed reading except where the primed one hears a
-        term in place of words spelled like it; a pass the guard does not cover is read
-        unprimed. Once the words heard (committed or pending) in the last `prime_window_s` hold
-        `prime_trust_terms` distinct terms still on screen, the slides carry the speech: passes
-        are read primed only, as Whisper reads them with the terms. With the guard off every
-        pass is read primed only.
-        """
+        """One pass's words, and the terms it was primed with ([]: read unprimed), read as
+        `_priming_mode` says."""
         assert self._transcriber is not None
-        transcribe = self._transcriber.transcribe
-        if not terms:
-            return await self.run_blocking(transcribe, audio, prompt, fast=fast), []
-        if self.config.prime_guard == "off" or self._trusted(terms, until):
+        mode = self._priming_mode(terms, until, fast=fast, lookback=lookback)
+        if mode != "plain":
             self.primed_decodes += 1
-            raw = await self.run_blocking(transcribe, audio, prompt, fast=fast, hotwords=terms)
-            return raw, terms
-        plain = await self.run_blocking(transcribe, audio, prompt, fast=fast)
-        if not self._guarded(fast=fast, lookback=lookback):
-            return plain, []
-        self.primed_decodes += 1
-        primed = await self.run_blocking(transcribe, audio, prompt, fast=fast, hotwords=terms)
-        return guard_primed(plain, primed, terms), terms
+        transcribe = partial(self._transcriber.transcribe, audio, prompt, fast=fast)
+        return await self.run_blocking(read_primed, transcribe, mode, terms)
+
+    def _priming_mode(
+        self, terms: Sequence[str], until: float, *, fast: bool, lookback: bool
+    ) -> PrimingMode:
+        """How a pass ending at media time `until` reads with the slide `terms`. Guarded
+        (`prime_guard`), it is read unprimed and primed, and the guard keeps the unprimed
+        reading except where the primed one hears a term in place of words spelled like it; a
+        pass the guard does not cover is read unprimed. Once the words heard (committed or
+        pending) in the last `prime_window_s` hold `prime_trust_terms` distinct terms still on
+        screen, the slides carry the speech: passes are read primed only, as Whisper reads them
+        with the terms. With the guard off every pass is read primed only."""
+        if not terms:
+            return "plain"
+        if self.config.prime_guard == "off" or self._trusted(terms, until):
+            return "primed"
+        return "guarded" if self._guarded(fast=fast, lookback=lookback) else "plain"
 
     def _trusted(self, terms: Sequence[str], t: float) -> bool:
         """Whether the words heard lately say `prime_trust_terms` distinct terms of `terms`."""
