@@ -808,3 +808,33 @@ def test_the_background_reader_leaves_a_surer_commit_alone(
     reader = BackgroundReader(config, transcriber=ScriptedTranscriber(clip, script))
     events, _ = asyncio.run(_run(AsrStage(config, transcriber=stream_model, reader=reader), clip))
     assert ("engines" in _speech(events)) is confidence
+
+
+def test_the_background_reader_reads_primed_and_guarded_as_the_stream_would(
+    clip: np.ndarray,
+) -> None:
+    """The stream's model never gets "engine" (reads "engines", unsure). The reader (the
+    accurate model) mishears it as "and gin" unprimed and gets it primed, where it also imitates
+    slide terms after "spoken". With the slides on screen its reading is guarded like the
+    stream's full passes: the term is kept, the imitation dropped; without slides its reading
+    "and gin" (surer than "engines") replaces the commit."""
+    script = _truth_words()
+
+    def run(slides: ScreenTerms | None) -> tuple[list[str], SlideBiasedTranscriber]:
+        # The scripted models place words alike: no clock shift between them.
+        config = AsrConfig(
+            **_FAST, prime_max_terms=20, prime_trust_terms=0, effort_model_shift_s=0.0
+        )
+        stream_model = AlwaysMishearingTranscriber(clip, script, "engine", "engines", 0.4)
+        accurate = SlideBiasedTranscriber(clip, script)
+        reader = BackgroundReader(config, transcriber=accurate)
+        stage = AsrStage(config, transcriber=stream_model, screen_terms=slides, reader=reader)
+        return _speech(asyncio.run(_run(stage, clip))[0]), accurate
+
+    slides = ScreenTerms()
+    slides.add(["The engine reads Kubelet logs"], 0.0)
+    words, accurate = run(slides)
+    assert words == [w for w, _, _ in script]
+    assert any(accurate.hotwords) and not all(accurate.hotwords)  # unprimed and primed
+    words, accurate = run(None)
+    assert "gin" in words and not any(accurate.hotwords)
