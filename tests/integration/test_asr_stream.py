@@ -116,6 +116,7 @@ def _transcribe(name: str, primed: bool) -> str:
     from faster_whisper import decode_audio
 
     from streamfuse.audio import ScreenTerms
+    from streamfuse.events import EventRecord, speech_words
     from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ as SR
     from streamfuse.frames import AudioFrame, EventFrame
     from streamfuse.testing import run_stage
@@ -133,9 +134,14 @@ def _transcribe(name: str, primed: bool) -> str:
         for i in range(0, len(audio) - 320 + 1, 320)
     ]
     out = asyncio.run(run_stage(stage, frames))
-    return " ".join(
-        f.payload.fields()["text"] for f in out if isinstance(f, EventFrame) and f.type == "asr"
-    )
+    records = [
+        EventRecord(type=f.type, stream_id=f.stream_id, t_start=f.t_media, t_end=f.t_end,
+                    latency_ms=0.0, payload=f.payload)
+        for f in out
+        if isinstance(f, EventFrame)
+    ]  # fmt: skip
+    # The final transcript: the commits with their revisions (the background reviser's too).
+    return " ".join(w.word for w, _ in speech_words(records))
 
 
 @pytest.mark.slow

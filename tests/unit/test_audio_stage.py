@@ -838,3 +838,18 @@ def test_the_background_reader_reads_primed_and_guarded_as_the_stream_would(
     assert any(accurate.hotwords) and not all(accurate.hotwords)  # unprimed and primed
     words, accurate = run(None)
     assert "gin" in words and not any(accurate.hotwords)
+
+
+def test_a_missing_accurate_model_leaves_the_stream_running(
+    clip: np.ndarray, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The reviser is optional: without its model the stage says so and goes on as before."""
+    script = _truth_words()
+    config = AsrConfig(**_FAST, effort_model="/no/such/whisper-base")
+    stage = AsrStage(
+        config, transcriber=ScriptedTranscriber(clip, script), reader=BackgroundReader(config)
+    )
+    events, _ = asyncio.run(_run(stage, clip))
+    assert stage.reader is None
+    assert "no background reviser" in caplog.text and "/no/such/whisper-base" in caplog.text
+    assert _speech(events) == [w for w, _, _ in script]

@@ -85,7 +85,7 @@ class BackgroundReader:
 
     def __init__(self, config: AsrConfig, transcriber: Transcriber | None = None) -> None:
         self.config = config
-        self.transcriber = transcriber or WhisperTranscriber(accurate_config(config))
+        self._transcriber = transcriber
         #: The model's name, as revision events give it.
         self.model = Path(config.effort_model).name
         self._pool = ThreadPoolExecutor(
@@ -104,10 +104,18 @@ class BackgroundReader:
         if self._users <= 0:
             self.close()
 
+    @property
+    def transcriber(self) -> Transcriber:
+        if self._transcriber is None:
+            raise RuntimeError("BackgroundReader.load() not run")
+        return self._transcriber
+
     async def load(self) -> None:
         """Load the model on the reviser's thread, so the model's own threads start there and
-        inherit its priority."""
-        await asyncio.get_running_loop().run_in_executor(self._pool, self.transcriber.load)
+        inherit its priority (raises `ModelError` when the model is not there)."""
+        if self._transcriber is None:
+            self._transcriber = WhisperTranscriber(accurate_config(self.config))
+        await asyncio.get_running_loop().run_in_executor(self._pool, self._transcriber.load)
 
     def read(self, job: Reread) -> asyncio.Future[list[Word]]:
         return asyncio.get_running_loop().run_in_executor(self._pool, self._read, job)

@@ -51,7 +51,7 @@ from streamfuse.audio.priming import (
 from streamfuse.audio.reviser import BackgroundReader, Reread
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
 from streamfuse.audio.vad import GateEvent, SileroVad, SpeechGate, VadChunk
-from streamfuse.errors import StageError
+from streamfuse.errors import ModelError, StageError
 from streamfuse.events import (
     AsrCommitRule,
     AsrPartialPayload,
@@ -165,8 +165,14 @@ class AsrStage(Stage):
         if self.reader is not None and self.config.effort != 0:
             self.reader = None  # the effort ladder reads with the accurate model itself
         if self.reader is not None:
-            self.reader.attach()
-            await self.reader.load()
+            try:
+                await self.reader.load()
+            except ModelError as e:
+                # Optional: the stream's own model still commits and revises everything.
+                log.warning("%s: no background reviser: %s", self.name, e)
+                self.reader = None
+            else:
+                self.reader.attach()
 
     async def teardown(self) -> None:
         if self.reader is not None:
@@ -497,9 +503,8 @@ class AsrStage(Stage):
         if span is None:
             return
         audio, t0 = span
-        cfg = self.config
         lookback = t0 < (self._buf_t0 or 0.0)
-        terms = self._terms(until) if not lookback or cfg.prime_lookback else []
+        terms = self._pass_terms(t0, until, fast=False)
         mode = self._priming_mode(terms, until, fast=False, lookback=lookback)
         job = Reread(
             audio.copy(), t0, self._prompt(t0), self._revision_scope(start), until, mode, terms
@@ -581,10 +586,7 @@ class AsrStage(Stage):
         audio, t0 = span
         n = len(audio)
         prompt = self._prompt(t0)
-        # The lookback pass re-reads earlier utterances: primed or not (`prime_lookback`).
-        cfg = self.config
-        primable = (t0 >= self._buf_t0 or cfg.prime_lookback) and (cfg.prime_fast or not fast)
-        terms = self._terms(until) if primable else []
+        terms = self._pass_terms(t0, until, fast=fast)
         started = time.perf_counter()
         raw, terms = await self._decode(
             audio, prompt, terms, until, fast=fast, lookback=t0 < self._buf_t0
@@ -863,6 +865,16 @@ class AsrStage(Stage):
         if not relevant(heard, screen.lines(t), cfg.prime_min_overlap):
             return []
         return screen.terms(t, self._transcriber.token_count, cfg.prime_max_terms)
+
+    def _pass_terms(self, t0: float, until: float, *, fast: bool) -> list[str]:
+        """The slide terms a pass over the audio from media time `t0` to `until` is primed
+        with: none for fast passes unless `prime_fast`, none for a lookback pass (re-reading
+        utterances before the buffer) unless `prime_lookback`."""
+        cfg = self.config
+        lookback = t0 < (self._buf_t0 or 0.0)
+        if (lookback and not cfg.prime_lookback) or (fast and not cfg.prime_fast):
+            return []
+        return self._terms(until)
 
     def _guarded(self, *, fast: bool, lookback: bool) -> bool:
         """Whether a primed pass is checked against an unprimed one (`prime_guard`)."""
