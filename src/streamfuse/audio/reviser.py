@@ -77,8 +77,9 @@ class Reread:
 
 
 class BackgroundReader:
-    """`effort_model` on one low-priority worker thread. `read` returns a future of words in
-    the audio's own time (shifted onto the stream model's clock). One reader may serve the
+    """`effort_model` on one low-priority worker thread. `read` returns a future of the words
+    in the audio's own time (shifted onto the stream model's clock) and the terms they were
+    primed with (`priming.read_primed`). One reader may serve the
     ASR stages of several streams (one model loaded; their readings queue in turn): each stage
     `attach`es it at setup and `release`s it at teardown; the last release closes it.
     `transcriber`: a stand-in for the accurate model (tests)."""
@@ -117,19 +118,19 @@ class BackgroundReader:
             self._transcriber = WhisperTranscriber(accurate_config(self.config))
         await asyncio.get_running_loop().run_in_executor(self._pool, self._transcriber.load)
 
-    def read(self, job: Reread) -> asyncio.Future[list[Word]]:
+    def read(self, job: Reread) -> asyncio.Future[tuple[list[Word], list[str]]]:
         return asyncio.get_running_loop().run_in_executor(self._pool, self._read, job)
 
-    def _read(self, job: Reread) -> list[Word]:
+    def _read(self, job: Reread) -> tuple[list[Word], list[str]]:
         started = time.perf_counter()
         try:
             transcribe = partial(self.transcriber.transcribe, job.audio, job.prompt)
-            words, _ = read_primed(transcribe, job.mode, job.terms)
+            words, terms = read_primed(transcribe, job.mode, job.terms)
         finally:
             self.passes += 1
             self.busy_s += time.perf_counter() - started
         end_s = len(job.audio) / AUDIO_SAMPLE_RATE_HZ
-        return shift_words(words, self.config.effort_model_shift_s, end_s)
+        return shift_words(words, self.config.effort_model_shift_s, end_s), terms
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

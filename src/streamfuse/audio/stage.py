@@ -103,9 +103,9 @@ class AsrStage(Stage):
         self.screen_terms = screen_terms
         self._transcriber = transcriber
         self._vad = vad
-        #: The background reviser (`background_revise`; made at setup unless given).
+        #: The background reviser (`AsrConfig.revises_in_background`; made at setup unless given).
         self.reader = reader
-        self._reading: tuple[Reread, asyncio.Future[list[Word]]] | None = None
+        self._reading: tuple[Reread, asyncio.Future[tuple[list[Word], list[str]]]] | None = None
         self._next_read: Reread | None = None
         # ids of the words in `_history` the background reader put there: the stream's own
         # model does not revise them again.
@@ -156,14 +156,10 @@ class AsrStage(Stage):
         if self.config.effort != 0 and isinstance(self._transcriber, WhisperTranscriber):
             self._transcriber = await self.run_blocking(self._effort_ladder, self._transcriber)
         await self.run_blocking(self._transcriber.load)
-        if (
-            self.config.revises_in_background
-            and self.reader is None
-            and isinstance(self._transcriber, WhisperTranscriber)
-        ):
+        if not self.config.revises_in_background:
+            self.reader = None  # off, or the accurate model already reads in the commit path
+        elif self.reader is None and isinstance(self._transcriber, WhisperTranscriber):
             self.reader = BackgroundReader(self.config)
-        if self.reader is not None and self.config.effort != 0:
-            self.reader = None  # the effort ladder reads with the accurate model itself
         if self.reader is not None:
             try:
                 await self.reader.load()
@@ -423,8 +419,8 @@ class AsrStage(Stage):
         cfg = self.config
         tol = self._policy.time_tolerance_s
         since = self._revision_scope(start) if since is None else since
-        alive = {id(w) for w in self._history}
-        self._accurate &= alive
+        if self._accurate:  # only words still in the history count
+            self._accurate &= {id(w) for w in self._history}
         scope = [w for w in self._history if since - tol < w.t_start < until]
         mine = [w for w in scope if w.t_start >= start - 0.05]
         # Committed words in scope whose audio the pass did not get (the buffer was trimmed
@@ -541,14 +537,14 @@ class AsrStage(Stage):
             self._start_reading(self._next_read)
             self._next_read = None
         try:
-            raw = future.result()
+            raw, terms = future.result()
         except Exception:
             log.exception(
                 "%s: background reading of %.2f-%.2f s failed", self.name, job.t0, job.until
             )
             return []
         span_s = len(job.audio) / AUDIO_SAMPLE_RATE_HZ
-        words = self._cleaned(raw, job.t0, span_s, job.terms if job.mode != "plain" else [])
+        words = self._cleaned(raw, job.t0, span_s, terms)
         return self._revisions(
             words, job.t0, since=job.since, until=job.until, model=self.reader.model
         )
