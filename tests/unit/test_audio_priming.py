@@ -6,6 +6,7 @@ import pytest
 
 from streamfuse.audio import ScreenTerms, Word
 from streamfuse.audio.priming import (
+    correct_terms,
     count_terms,
     drop_recited,
     drop_unspoken_terms,
@@ -155,3 +156,79 @@ def test_terms_are_counted_with_their_forms() -> None:
     said = count_terms(words, ["taints", "Kubelet"])
     assert said == {"taints": 2, "kubelet": 1}
     assert not count_terms(["the", "pods"], ["etcd"])
+
+
+class ScriptedScore:
+    """A stand-in for `Transcriber.score`: each word's (log p, tokens) from a table (other
+    words -0.1 if they were heard, -6 if not), and, as the audio of a word left out stays unexplained, -5 on the
+    first word for each word fewer than the first text scored (the transcript as heard).
+    Records what it was asked to score."""
+
+    def __init__(self, log_p: dict[str, float]) -> None:
+        self.log_p = log_p
+        self.asked: list[list[str]] = []
+
+    def __call__(self, texts: list[list[str]]) -> list[list[tuple[float, int]]]:
+        if not self.asked:
+            self.heard = len(texts[0])
+            self.heard_words = {w.strip(".,").lower() for w in texts[0]}
+        self.asked.extend(texts)
+        out = []
+        for text in texts:
+            keys = [w.strip(".,").lower() for w in text]
+            default = [-0.1 if k in self.heard_words else -6.0 for k in keys]
+            scores = [(self.log_p.get(k, d), 1) for k, d in zip(keys, default, strict=True)]
+            scores[0] = (scores[0][0] - 5.0 * max(0, self.heard - len(text)), 1)
+            out.append(scores)
+        return out
+
+
+def _text(words: list[Word]) -> str:
+    return " ".join(w.word.strip() for w in words)
+
+
+def test_a_term_heard_surer_replaces_the_words_spelled_like_it_and_nothing_else() -> None:
+    heard = _words("the membrane folds into Christy to gain surface area.")
+    # "cristae" read with p 0.5 makes the transcript likelier than "Christy" (p 0.05).
+    score = ScriptedScore({"christy": -3.0, "cristae": -0.7})
+    out, n = correct_terms(heard, ["cristae", "Mitochondria"], score)
+    assert n == 1
+    assert _text(out) == "the membrane folds into cristae to gain surface area."
+    cristae = out[4]
+    assert (cristae.t_start, cristae.t_end) == (heard[4].t_start, heard[4].t_end)
+    assert cristae.p == pytest.approx(0.5, abs=0.01)
+    # Only stretches that spell like a term were scored (and the transcript as heard).
+    assert score.asked[0] == [w.word.strip() for w in heard]
+    assert all(len(t) <= len(heard) for t in score.asked)
+
+
+def test_a_term_the_prompt_alone_makes_likelier_is_not_taken() -> None:
+    heard = _words("assigned to it.")
+    # Likelier as a whole, but the term itself read unsure (p 0.15): rejected.
+    score = ScriptedScore({"to": -4.0, "it": -4.0, "taints": -1.9})
+    out, n = correct_terms(heard, ["taints"], score, min_similarity=0.5, min_p=0.3)
+    assert (n, out) == (0, heard)
+    # Sure of it, but the transcript as heard is likelier: kept too.
+    score = ScriptedScore({"to": -0.1, "it": -0.1, "taints": -0.5})
+    assert correct_terms(heard, ["taints"], score, min_similarity=0.5)[1] == 0
+
+
+def test_a_stretch_holding_a_slide_term_is_never_replaced_by_another_term() -> None:
+    heard = _words("cytochrome c oxidase passes electrons")
+    score = ScriptedScore({"oxidative": -0.01, "oxidase": -9.0})
+    out, n = correct_terms(heard, ["Oxidative", "oxidase", "cytochrome"], score)
+    assert (n, out) == (0, heard)
+
+
+def test_several_terms_in_one_reading_are_all_taken() -> None:
+    heard = _words("the goalscordy factor and the asian inference")
+    score = ScriptedScore({"goalscordy": -4.0, "cholesky": -0.3, "asian": -3.0, "bayesian": -0.2})
+    out, n = correct_terms(heard, ["Cholesky", "Bayesian"], score)
+    assert n == 2
+    assert _text(out) == "the Cholesky factor and the Bayesian inference"
+
+
+def test_no_scorer_no_correction() -> None:
+    heard = _words("the cumulative starts")
+    assert correct_terms(heard, ["kubelet"], lambda texts: None) == (heard, 0)
+    assert correct_terms(heard, [], ScriptedScore({})) == (heard, 0)

@@ -318,7 +318,7 @@ class AsrConfig(BaseModel):
         description="Slide priming also on the utterance-end pass's lookback (the re-read of "
         "earlier utterances); off: that pass is unprimed, only the passes over the buffer are.",
     )
-    prime_guard: Literal["off", "lookback", "full", "all"] = Field(
+    prime_guard: Literal["off", "lookback", "full", "all", "score"] = Field(
         "full",
         description="Slide priming: which passes are read twice, unprimed and primed (the "
         "encoder output shared), the primed reading kept only where it hears a slide term in "
@@ -328,7 +328,20 @@ class AsrConfig(BaseModel):
         "behind on 2 cores). Passes the guard does not cover are read unprimed, until the "
         "slides are trusted (`prime_trust_terms`); 'off' reads every pass primed, unguarded "
         "(the comma list of terms then reaches the transcript as Whisper reads it: measured, "
-        "it raised WER on speech that did not match the slides; docs/asr.md).",
+        "it raised WER on speech that did not match the slides; docs/asr.md). 'score': no "
+        "primed decode at all; the most accurate reading of each utterance (the background "
+        "reviser's, else the full-window passes) is corrected by `priming.correct_terms`: a "
+        "term replaces words spelled like it where the model, teacher-forced over the same "
+        "audio, finds the transcript with it likelier and reads the term itself with p >= "
+        "`prime_score_min_p`.",
+    )
+    prime_score_min_p: float = Field(
+        0.3,
+        ge=0.0,
+        le=1.0,
+        description="`prime_guard='score'`: the least geometric-mean token probability a slide "
+        "term put in place of heard words must be read with (measured on the speech set: "
+        "terms said 0.36-0.97, terms the prompt alone made likelier 0.01-0.16).",
     )
     prime_trust_terms: int = Field(
         2,

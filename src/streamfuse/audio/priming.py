@@ -17,10 +17,12 @@ of its prompt over speech that does not match the slides).
 from __future__ import annotations
 
 import bisect
+import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from difflib import SequenceMatcher
+from functools import partial
 from typing import Literal
 
 from streamfuse.audio.policy import Word
@@ -281,6 +283,142 @@ def guard_primed(
     return out
 
 
+#: A text's score over some audio (`Transcriber.score`): per word, its tokens' summed log
+#: probability and their number; None where the model cannot score.
+TextScore = Callable[[Sequence[Sequence[str]]], "list[list[tuple[float, int]]] | None"]
+
+#: The longest stretch of heard words one slide term may replace ("cube and eighties").
+_MAX_STRETCH = 3
+#: Candidates scored per reading (the most alike first): bounds the scoring cost.
+_MAX_CANDIDATES = 12
+
+
+def correct_terms(
+    words: Sequence[Word],
+    terms: Sequence[str],
+    score: TextScore,
+    *,
+    min_similarity: float = 0.5,
+    min_p: float = 0.3,
+    margin: float = 0.0,
+) -> tuple[list[Word], int]:
+    """`words` (an unprimed reading of some audio) with a slide term put in place of a stretch
+    of them where the model itself hears the term there; and how many terms were put.
+
+    Candidates are lexical: a stretch of up to three words that spells like a term or its
+    singular/plural (`min_similarity` after folding sound-alike spellings; "Might a laundry" ~
+    "Mitochondria", "Christy" ~ "cristae") and holds no slide term already. Each is checked
+    against the audio: `score` gives the log probability of the whole transcript as heard and
+    with the term, teacher-forced over the same encoding (with the terms as hotwords, as a
+    primed decode reads), and the term is taken only where the transcript with it is more
+    likely by more than `margin` nats AND the term's own tokens are read with a mean (geometric)
+    probability of at least `min_p`: the prompt alone can make a slide term likelier than a
+    misheard stretch ("assigned to it" -> "assigned taints"), but then the model reads the term
+    itself unsure (p 0.01-0.16 measured, against 0.36-0.97 for terms that were said). So, unlike
+    a primed decode, the words around a term are never re-read. Where several terms are taken,
+    the transcript with all of them must beat the best single one; else only that one is kept.
+    """
+    texts = [w.word.strip() for w in words]
+    keys = {_key(t) for t in terms} - {""}
+    alike = sorted(
+        (
+            (similarity, i, j, form)
+            for term in dict.fromkeys(terms)
+            for form in _forms(term)
+            for similarity, i, j in _stretches_like(words, _key(form), keys, min_similarity)
+        ),
+        reverse=True,
+    )
+    candidates = [(i, j, form) for _, i, j, form in alike[:_MAX_CANDIDATES]]
+    if not candidates:
+        return list(words), 0
+    scores = score([texts, *(_with_terms(texts, [c]) for c in candidates)])
+    if scores is None:
+        return list(words), 0
+    heard = _total(scores[0])
+    ranked = sorted(((_total(s) - heard, k) for k, s in enumerate(scores[1:])), key=lambda g: -g[0])
+    taken: list[int] = []
+    for gain, k in ranked:
+        i, j, _ = candidates[k]
+        log_p, n_tokens = scores[k + 1][i]
+        if (
+            gain > margin
+            and log_p / max(1, n_tokens) >= math.log(min_p)
+            and all(j <= candidates[t][0] or i >= candidates[t][1] for t in taken)
+        ):
+            taken.append(k)
+    if len(taken) > 1:
+        both = score([_with_terms(texts, [candidates[k] for k in taken])])
+        if both is None or _total(both[0]) - heard <= ranked[0][0]:
+            taken = taken[:1]
+    out: list[Word] = []
+    done = 0
+    for k in sorted(taken, key=lambda k: candidates[k][0]):
+        i, j, form = candidates[k]
+        log_p, n_tokens = scores[k + 1][i]  # the term's own score, in the transcript with it
+        stretch = words[i:j]
+        out.extend(words[done:i])
+        out.append(
+            Word(
+                form + _trailing_punctuation(stretch[-1].word),
+                stretch[0].t_start,
+                stretch[-1].t_end,
+                math.exp(log_p / max(1, n_tokens)),
+            )
+        )
+        done = j
+    out.extend(words[done:])
+    return out, len(taken)
+
+
+def _total(word_scores: Sequence[tuple[float, int]]) -> float:
+    return sum(log_p for log_p, _ in word_scores)
+
+
+def _forms(term: str) -> list[str]:
+    """A term and its plural or singular ("Taints" / "Taint"): the speech may say either."""
+    if term.endswith("s") and len(term) > 4:
+        return [term, term[:-1]]
+    return [term, term + "s"]
+
+
+def _stretches_like(
+    words: Sequence[Word], key: str, terms: set[str], min_similarity: float
+) -> list[tuple[float, int, int]]:
+    """Stretches `words[i:j]` (up to `_MAX_STRETCH` words) that spell like the term `key`,
+    hold no form of a slide term (`terms`), and have between half and twice its letters, as
+    `(similarity, i, j)`: the most alike one per starting word."""
+    folded = len(_fold(key))
+    best: dict[int, tuple[float, int]] = {}
+    for i in range(len(words)):
+        for j in range(i + 1, min(i + _MAX_STRETCH, len(words)) + 1):
+            if _is_term(words[j - 1].key, terms):
+                break
+            spelled = "".join(w.key for w in words[i:j])
+            if not spelled or not folded <= 2 * len(_fold(spelled)) <= 4 * folded:
+                continue
+            similarity = _sounds_alike(spelled, key)
+            if similarity >= min_similarity and similarity > best.get(i, (0.0, 0))[0]:
+                best[i] = (similarity, j)
+    return [(similarity, i, j) for i, (similarity, j) in best.items()]
+
+
+def _trailing_punctuation(word: str) -> str:
+    return word[len(word.rstrip(".,!?;:")) :]
+
+
+def _with_terms(texts: Sequence[str], stretches: Sequence[tuple[int, int, str]]) -> list[str]:
+    """`texts` with each stretch `(i, j, form)` replaced by `form` (keeping its punctuation)."""
+    out: list[str] = []
+    done = 0
+    for i, j, form in sorted(stretches):
+        out.extend(texts[done:i])
+        out.append(form + _trailing_punctuation(texts[j - 1]))
+        done = j
+    out.extend(texts[done:])
+    return out
+
+
 def count_terms(words: Iterable[str], terms: Iterable[str]) -> Counter[str]:
     """How often each slide term (its key) occurs in `words`, a form of it counting as the
     term ("taints" for "taint")."""
@@ -289,21 +427,34 @@ def count_terms(words: Iterable[str], terms: Iterable[str]) -> Counter[str]:
 
 
 #: How a pass reads with slide terms: unprimed, primed only, or both with `guard_primed`.
-PrimingMode = Literal["plain", "primed", "guarded"]
+PrimingMode = Literal["plain", "primed", "guarded", "scored"]
 
 
 def read_primed(
-    transcribe: Callable[..., list[Word]], mode: PrimingMode, terms: Sequence[str]
+    transcribe: Callable[..., list[Word]],
+    mode: PrimingMode,
+    terms: Sequence[str],
+    score: Callable[..., list[list[tuple[float, int]]] | None] | None = None,
+    *,
+    min_p: float = 0.3,
 ) -> tuple[list[Word], list[str]]:
     """One pass's words read as `mode` says (`transcribe(hotwords=...)` decodes the pass's
     audio), and the terms it was primed with ([]: read unprimed). Guarded, it is decoded
     unprimed and primed and `guard_primed` keeps the unprimed reading but where the primed one
-    hears a term in place of words spelled like it (Whisper encodes the audio once)."""
+    hears a term in place of words spelled like it (Whisper encodes the audio once). Scored, it
+    is decoded unprimed and `correct_terms` puts a term where `score(texts, hotwords=...)` (the
+    same audio teacher-forced) hears it in place of words spelled like it, read with p >=
+    `min_p`."""
     if mode == "plain" or not terms:
         return transcribe(), []
     if mode == "primed":
         return transcribe(hotwords=terms), list(terms)
     plain = transcribe()
+    if mode == "scored":
+        if score is None:
+            return plain, list(terms)
+        corrected, _ = correct_terms(plain, terms, partial(score, hotwords=terms), min_p=min_p)
+        return corrected, list(terms)
     return guard_primed(plain, transcribe(hotwords=terms), terms), list(terms)
 
 
@@ -311,6 +462,7 @@ __all__ = [
     "PrimingMode",
     "ScreenTerms",
     "TokenCount",
+    "correct_terms",
     "count_terms",
     "drop_recited",
     "drop_unspoken_terms",

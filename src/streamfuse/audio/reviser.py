@@ -125,7 +125,9 @@ class BackgroundReader:
         started = time.perf_counter()
         try:
             transcribe = partial(self.transcriber.transcribe, job.audio, job.prompt)
-            words, terms = read_primed(transcribe, job.mode, job.terms)
+            score = partial(self.transcriber.score, job.audio, job.prompt)
+            min_p = self.config.prime_score_min_p
+            words, terms = read_primed(transcribe, job.mode, job.terms, score, min_p=min_p)
         finally:
             self.passes += 1
             self.busy_s += time.perf_counter() - started

@@ -501,7 +501,7 @@ class AsrStage(Stage):
         audio, t0 = span
         lookback = t0 < (self._buf_t0 or 0.0)
         terms = self._pass_terms(t0, until, fast=False)
-        mode = self._priming_mode(terms, until, fast=False, lookback=lookback)
+        mode = self._priming_mode(terms, until, fast=False, lookback=lookback, reviser=True)
         job = Reread(
             audio.copy(), t0, self._prompt(t0), self._revision_scope(start), until, mode, terms
         )
@@ -652,10 +652,18 @@ class AsrStage(Stage):
         if mode != "plain":
             self.primed_decodes += 1
         transcribe = partial(self._transcriber.transcribe, audio, prompt, fast=fast)
-        return await self.run_blocking(read_primed, transcribe, mode, terms)
+        score = partial(self._transcriber.score, audio, prompt)
+        min_p = self.config.prime_score_min_p
+        return await self.run_blocking(read_primed, transcribe, mode, terms, score, min_p=min_p)
 
     def _priming_mode(
-        self, terms: Sequence[str], until: float, *, fast: bool, lookback: bool
+        self,
+        terms: Sequence[str],
+        until: float,
+        *,
+        fast: bool,
+        lookback: bool,
+        reviser: bool = False,
     ) -> PrimingMode:
         """How a pass ending at media time `until` reads with the slide `terms`. Guarded
         (`prime_guard`), it is read unprimed and primed, and the guard keeps the unprimed
@@ -663,9 +671,13 @@ class AsrStage(Stage):
         pass the guard does not cover is read unprimed. Once the words heard (committed or
         pending) in the last `prime_window_s` hold `prime_trust_terms` distinct terms still on
         screen, the slides carry the speech: passes are read primed only, as Whisper reads them
-        with the terms. With the guard off every pass is read primed only."""
+        with the terms. With the guard off every pass is read primed only. With 'score' the
+        most accurate reading of an utterance (the `reviser`'s; without one the full-window
+        passes) is scored (`priming.correct_terms`), every other pass read unprimed."""
         if not terms:
             return "plain"
+        if self.config.prime_guard == "score":
+            return "scored" if reviser or (self.reader is None and not fast) else "plain"
         if self.config.prime_guard == "off" or self._trusted(terms, until):
             return "primed"
         return "guarded" if self._guarded(fast=fast, lookback=lookback) else "plain"

@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 _FRAMES_PER_S = 100  # Whisper log-mel frames per second
 _FULL_FRAMES = 3000
 _MAX_TOKENS_PER_S = 8
+_PROMPT_TOKENS = 448  # Whisper's text context; a prompt gets half of it, as in faster-whisper
 
 
 class Transcriber(ABC):
@@ -55,6 +56,20 @@ class Transcriber(ABC):
         """How many tokens the model spends on `word` (1: a word it knows well). The default
         knows no tokenizer and counts every word as rare."""
         return 2
+
+    def score(
+        self,
+        audio: np.ndarray,
+        prompt: str,
+        texts: Sequence[Sequence[str]],
+        *,
+        hotwords: Sequence[str] = (),
+    ) -> list[list[tuple[float, int]]] | None:
+        """How likely the model finds each of `texts` (a text: its words) as the transcript of
+        `audio`, read after `prompt` (and `hotwords`, as `transcribe` puts them): per text,
+        each word's log probability (its tokens' summed) and its number of tokens,
+        teacher-forced over the same encoding. None: this model cannot score a given text."""
+        return None
 
 
 def _make_whisper(path: Path, config: AsrConfig) -> Any:
@@ -164,6 +179,54 @@ class WhisperTranscriber(Transcriber):
         self.calls += 1
         self.audio_s += len(audio) / AUDIO_SAMPLE_RATE_HZ
         return words
+
+    def score(
+        self,
+        audio: np.ndarray,
+        prompt: str,
+        texts: Sequence[Sequence[str]],
+        *,
+        hotwords: Sequence[str] = (),
+    ) -> list[list[tuple[float, int]]] | None:
+        from faster_whisper.audio import pad_or_trim
+
+        self.load()
+        model = self._model
+        model.frames = None
+        features = model.feature_extractor(np.ascontiguousarray(audio, dtype=np.float32))
+        frames = min(features.shape[-1] - 1, _FULL_FRAMES)
+        # Padded as `transcribe` pads its (full-window) pass: the encoding is that pass's.
+        encoded = model.encode(pad_or_trim(features[:, :frames]))
+        tokenizer = self._tokenizer()
+        # The context as faster-whisper builds it for a decode (hotwords, then the previous
+        # text, then the task). CTranslate2's forced alignment reads garbage probabilities
+        # after a bare one-token start, so the previous-text marker always opens it.
+        start = [tokenizer.sot_prev]
+        if hotwords:
+            start += tokenizer.encode(" " + ", ".join(hotwords))[: _PROMPT_TOKENS // 2]
+        if prompt:
+            start += tokenizer.encode(" " + prompt.strip())[-(_PROMPT_TOKENS // 2) :]
+        start += [*tokenizer.sot_sequence, tokenizer.no_timestamps]
+        out: list[list[tuple[float, int]]] = []
+        for words in texts:
+            # Word by word, each with its leading space: the same tokens as the whole text
+            # (the tokenizer splits at spaces first), and each token's word is known.
+            pieces = [tokenizer.encode(" " + w.strip()) for w in words]
+            tokens = [t for piece in pieces for t in piece]
+            if not tokens:
+                out.append([])
+                continue
+            probs = model.model.align(encoded, start, [tokens], frames)[0].text_token_probs
+            logs = iter(math.log(max(p, 1e-12)) for p in probs)
+            out.append([(sum(next(logs) for _ in piece), len(piece)) for piece in pieces])
+        return out
+
+    def _tokenizer(self) -> Any:
+        from faster_whisper.tokenizer import Tokenizer
+
+        multilingual = not self._english_only
+        language = self.config.language if multilingual else None
+        return Tokenizer(self._model.hf_tokenizer, multilingual, "transcribe", language)
 
     def _segments(
         self, audio: np.ndarray, prompt: str, fast: bool, hotwords: Sequence[str]
