@@ -163,3 +163,45 @@ def test_slide_terms_fix_domain_words_and_off_topic_slides_do_not_leak() -> None
     spoken = set(normalize_english(" ".join(u["text"] for u in truth["asr"])).split())
     leaked = (set(normalize_english(_transcribe(name, True)).split()) & shown) - spoken
     assert not leaked - {"and", "the", "of", "a", "c"}, leaked
+
+
+def test_whisper_base_checks_a_slide_term_by_its_sound() -> None:
+    """`Transcriber.score` and `priming.correct_terms` with the real accurate model: "Hastings"
+    (on the slide, misheard unprimed) is put in place of the words spelled like it; the same
+    audio with another lecture's slides is left as heard; scoring the heard words gives one
+    (log p, tokens) per word, and a word the audio does not hold lowers the score."""
+    from faster_whisper import decode_audio
+
+    from streamfuse.audio import ScreenTerms
+    from streamfuse.audio.priming import correct_terms, scorer
+    from streamfuse.audio.reviser import accurate_config
+    from streamfuse.audio.transcriber import WhisperTranscriber
+    from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ as SR
+
+    def slide_terms(name: str, t: float) -> list[str]:
+        screen = ScreenTerms()
+        for slide in json.loads((SPEECH_SET / f"{name}.truth.json").read_text())["ocr"]:
+            screen.add(slide["lines"], slide["t_start"])
+        return screen.terms(t, base.token_count)
+
+    base = WhisperTranscriber(accurate_config(AsrConfig()))
+    name = "bayes-nyc-brown5"
+    said = json.loads((SPEECH_SET / f"{name}.truth.json").read_text())["asr"][3]
+    assert "Hastings" in said["text"]
+    audio = decode_audio(str(SPEECH_SET / f"{name}.ogg"), sampling_rate=SR)
+    audio = audio[int((said["t_start"] - 0.3) * SR) : int((said["t_end"] + 0.3) * SR)]
+    heard = base.transcribe(audio)
+    texts = [w.word.strip() for w in heard]
+
+    scores = base.score(audio, "", [texts, [*texts[:-1], "giraffe", texts[-1]]])
+    assert scores is not None and len(scores[0]) == len(texts)
+    assert all(log_p <= 0.0 and n >= 1 for log_p, n in scores[0])
+    assert sum(s for s, _ in scores[1]) < sum(s for s, _ in scores[0]) - 5.0
+
+    terms = slide_terms(name, said["t_end"])
+    assert "Hastings" in terms and "hastings" not in normalize_english(" ".join(texts))
+    fixed, n = correct_terms(heard, terms, scorer(base.score, audio, "", terms))
+    assert n >= 1 and "hastings" in normalize_english(" ".join(w.word for w in fixed))
+    assert all(w.checked for w in fixed if w not in heard)
+    other = slide_terms("glaciers-wmids-brown10", 60.0)
+    assert correct_terms(heard, other, scorer(base.score, audio, "", other)) == (heard, 0)

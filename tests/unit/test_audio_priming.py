@@ -160,18 +160,23 @@ def test_terms_are_counted_with_their_forms() -> None:
 
 class ScriptedScore:
     """A stand-in for `Transcriber.score`: each word's (log p, tokens) from a table (other
-    words -0.1 if they were heard, -6 if not), and, as the audio of a word left out stays unexplained, -5 on the
-    first word for each word fewer than the first text scored (the transcript as heard).
-    Records what it was asked to score."""
+    words -0.1 if they were heard, -6 if not), and, as the audio of a word left out stays
+    unexplained, -5 on the first word for each word fewer than the first text scored (the
+    transcript as heard). Records what it was asked to score."""
 
     def __init__(self, log_p: dict[str, float]) -> None:
         self.log_p = log_p
         self.asked: list[list[str]] = []
+        self.heard_words: set[str] = set()
+        self.spans: list[tuple[float, float]] = []
 
-    def __call__(self, texts: list[list[str]]) -> list[list[tuple[float, int]]]:
-        if not self.asked:
+    def __call__(
+        self, t0: float, t1: float, before: str, texts: list[list[str]]
+    ) -> list[list[tuple[float, int]]]:
+        if len(texts) > 1:  # a sentence as heard, then with each candidate term
             self.heard = len(texts[0])
-            self.heard_words = {w.strip(".,").lower() for w in texts[0]}
+            self.heard_words |= {w.strip(".,").lower() for w in texts[0]}
+            self.spans.append((t0, t1))
         self.asked.extend(texts)
         out = []
         for text in texts:
@@ -202,6 +207,20 @@ def test_a_term_heard_surer_replaces_the_words_spelled_like_it_and_nothing_else(
     assert all(len(t) <= len(heard) for t in score.asked)
 
 
+def test_each_candidate_is_scored_over_its_own_sentence() -> None:
+    heard = _words("we use the goalscordy factor. so we stop. the asian inference holds.")
+    score = ScriptedScore({"goalscordy": -4.0, "cholesky": -0.3, "asian": -3.0, "bayesian": -0.2})
+    out, n = correct_terms(heard, ["Cholesky", "Bayesian"], score)
+    assert n == 2
+    assert _text(out) == "we use the Cholesky factor. so we stop. the Bayesian inference holds."
+    # Two sentences scored, each over its own words' audio (0.2 s either side); the one
+    # without a candidate not at all.
+    first, second = [w.word.strip() for w in heard[:5]], [w.word.strip() for w in heard[8:]]
+    assert score.asked[0] == first and second in score.asked
+    assert score.spans[0] == pytest.approx((heard[0].t_start - 0.2, heard[4].t_end + 0.2))
+    assert ["so", "we", "stop."] not in score.asked
+
+
 def test_a_term_the_prompt_alone_makes_likelier_is_not_taken() -> None:
     heard = _words("assigned to it.")
     # Likelier as a whole, but the term itself read unsure (p 0.15): rejected.
@@ -230,5 +249,5 @@ def test_several_terms_in_one_reading_are_all_taken() -> None:
 
 def test_no_scorer_no_correction() -> None:
     heard = _words("the cumulative starts")
-    assert correct_terms(heard, ["kubelet"], lambda texts: None) == (heard, 0)
+    assert correct_terms(heard, ["kubelet"], lambda *args: None) == (heard, 0)
     assert correct_terms(heard, [], ScriptedScore({})) == (heard, 0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import takewhile
 
 from streamfuse.events import AsrWord
@@ -30,6 +30,9 @@ class Word:
     t_start: float
     t_end: float
     p: float = 1.0
+    #: A slide term put in place of heard words after the model's own check
+    #: (`priming.correct_terms`): its `p` is the term's, read with the slide terms in the prompt.
+    checked: bool = False
 
     @property
     def key(self) -> str:
@@ -41,7 +44,7 @@ class Word:
         return bool(_SENTENCE_END.search(self.word.strip()))
 
     def shifted(self, dt: float) -> Word:
-        return Word(self.word, self.t_start + dt, self.t_end + dt, self.p)
+        return replace(self, t_start=self.t_start + dt, t_end=self.t_end + dt)
 
     def to_payload(self) -> AsrWord:
         """The word as it goes into an `asr` event (stripped, times to the millisecond)."""

@@ -17,18 +17,22 @@ of its prompt over speech that does not match the slides).
 from __future__ import annotations
 
 import bisect
+import logging
 import math
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from difflib import SequenceMatcher
-from functools import partial
 from typing import Literal
+
+import numpy as np
 
 from streamfuse.audio.policy import Word
 from streamfuse.events import OcrPayload
-from streamfuse.frames import EventFrame
+from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, EventFrame
 from streamfuse.pipeline import FrameEmitted, Observer
+
+log = logging.getLogger(__name__)
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*[A-Za-z]|[A-Za-z]")
 
@@ -283,14 +287,39 @@ def guard_primed(
     return out
 
 
-#: A text's score over some audio (`Transcriber.score`): per word, its tokens' summed log
-#: probability and their number; None where the model cannot score.
-TextScore = Callable[[Sequence[Sequence[str]]], "list[list[tuple[float, int]]] | None"]
+#: Texts scored over part of some audio: `score(t0, t1, before, texts)` gives, for each text
+#: (its words) read as the audio from `t0` to `t1` s after the text `before`, each word's
+#: summed token log probability and its number of tokens; None where the model cannot score.
+#: (`scorer` makes one from `Transcriber.score`.)
+TextScore = Callable[[float, float, str, Sequence[Sequence[str]]], "Scores | None"]
+Scores = list[list[tuple[float, int]]]
 
 #: The longest stretch of heard words one slide term may replace ("cube and eighties").
 _MAX_STRETCH = 3
 #: Candidates scored per reading (the most alike first): bounds the scoring cost.
 _MAX_CANDIDATES = 12
+#: A candidate is scored over its sentence (its words and their audio): a sentence longer
+#: than this many words is cut to this many around the stretch.
+_MAX_BLOCK = 24
+#: Audio kept either side of a sentence's first and last word (word times are approximate).
+_PAD_S = 0.2
+
+
+def scorer(
+    score: Callable[..., Scores | None],
+    audio: np.ndarray,
+    prompt: str,
+    terms: Sequence[str],
+) -> TextScore:
+    """A `TextScore` over `audio` (its own clock) from a `Transcriber.score`: the part of the
+    audio cut out, read after `prompt` and the words before it, with `terms` as hotwords."""
+
+    def part(t0: float, t1: float, before: str, texts: Sequence[Sequence[str]]) -> Scores | None:
+        rate = AUDIO_SAMPLE_RATE_HZ
+        cut = audio[max(0, int(t0 * rate)) : int(t1 * rate)]
+        return score(cut, f"{prompt} {before}".strip(), texts, hotwords=terms)
+
+    return part
 
 
 def correct_terms(
@@ -308,17 +337,16 @@ def correct_terms(
     Candidates are lexical: a stretch of up to three words that spells like a term or its
     singular/plural (`min_similarity` after folding sound-alike spellings; "Might a laundry" ~
     "Mitochondria", "Christy" ~ "cristae") and holds no slide term already. Each is checked
-    against the audio: `score` gives the log probability of the whole transcript as heard and
-    with the term, teacher-forced over the same encoding (with the terms as hotwords, as a
-    primed decode reads), and the term is taken only where the transcript with it is more
+    against the audio of its sentence: `score` gives the log probability of the sentence as
+    heard and with the term, teacher-forced over the same encoding (with the terms as hotwords,
+    as a primed decode reads), and the term is taken only where the sentence with it is more
     likely by more than `margin` nats AND the term's own tokens are read with a mean (geometric)
     probability of at least `min_p`: the prompt alone can make a slide term likelier than a
     misheard stretch ("assigned to it" -> "assigned taints"), but then the model reads the term
-    itself unsure (p 0.01-0.16 measured, against 0.36-0.97 for terms that were said). So, unlike
-    a primed decode, the words around a term are never re-read. Where several terms are taken,
-    the transcript with all of them must beat the best single one; else only that one is kept.
+    itself unsure. So, unlike a primed decode, the words around a term are never re-read.
+    Where several terms are taken in one sentence, the sentence with all of them must beat the
+    best single one; else only that one is kept.
     """
-    texts = [w.word.strip() for w in words]
     keys = {_key(t) for t in terms} - {""}
     alike = sorted(
         (
@@ -327,48 +355,100 @@ def correct_terms(
             for form in _forms(term)
             for similarity, i, j in _stretches_like(words, _key(form), keys, min_similarity)
         ),
-        reverse=True,
+        key=lambda c: -c[0],
     )
     candidates = [(i, j, form) for _, i, j, form in alike[:_MAX_CANDIDATES]]
-    if not candidates:
-        return list(words), 0
-    scores = score([texts, *(_with_terms(texts, [c]) for c in candidates)])
-    if scores is None:
-        return list(words), 0
+    taken: list[tuple[int, int, str, float]] = []  # (i, j, form, the term's p)
+    for (a, b), inside in sorted(_blocks(words, candidates).items()):
+        texts = [w.word.strip() for w in words[a:b]]
+        local = [(i - a, j - a, form) for i, j, form in inside]
+        t0, t1 = words[a].t_start - _PAD_S, words[b - 1].t_end + _PAD_S
+        before = " ".join(w.word.strip() for w in words[:a])
+        scores = score(t0, t1, before, [texts, *(_with_terms(texts, [c]) for c in local)])
+        if scores is None:
+            return list(words), 0
+        for i, j, form, p in _best_terms(
+            texts, local, scores, min_p, margin, score, (t0, t1, before)
+        ):
+            taken.append((i + a, j + a, form, p))
+    out: list[Word] = []
+    done = 0
+    for i, j, form, p in sorted(taken):
+        stretch = words[i:j]
+        out.extend(words[done:i])
+        end = form + _trailing_punctuation(stretch[-1].word)
+        out.append(Word(end, stretch[0].t_start, stretch[-1].t_end, p, checked=True))
+        done = j
+    out.extend(words[done:])
+    return out, len(taken)
+
+
+def _blocks(
+    words: Sequence[Word], candidates: Sequence[tuple[int, int, str]]
+) -> dict[tuple[int, int], list[tuple[int, int, str]]]:
+    """The candidates grouped by the stretch of words each is scored over: its sentence (at
+    most `_MAX_BLOCK` words around it), sentences two candidates share merged."""
+    starts = [0] + [k + 1 for k, w in enumerate(words[:-1]) if w.ends_sentence]
+    spans = []
+    for i, j, _ in candidates:
+        a = max(s for s in starts if s <= i)
+        b = min([s for s in starts if s >= j] + [len(words)])
+        if b - a > _MAX_BLOCK:
+            half = (_MAX_BLOCK - (j - i)) // 2
+            a, b = max(a, i - half), min(b, j + half)
+        spans.append([a, b])
+    # Merge overlapping spans (each candidate keeps the merged span it falls in).
+    order = sorted(range(len(spans)), key=lambda k: spans[k][0])
+    merged: list[list[int]] = []
+    owner: dict[int, int] = {}
+    for k in order:
+        if merged and spans[k][0] < merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], spans[k][1])
+        else:
+            merged.append(list(spans[k]))
+        owner[k] = len(merged) - 1
+    out: dict[tuple[int, int], list[tuple[int, int, str]]] = {}
+    for k, c in enumerate(candidates):
+        a, b = merged[owner[k]]
+        out.setdefault((a, b), []).append(c)
+    return out
+
+
+def _best_terms(
+    texts: list[str],
+    candidates: list[tuple[int, int, str]],
+    scores: Scores,
+    min_p: float,
+    margin: float,
+    score: TextScore,
+    where: tuple[float, float, str],
+) -> list[tuple[int, int, str, float]]:
+    """The candidates of one sentence to take, with each term's p (`correct_terms`' rules)."""
     heard = _total(scores[0])
     ranked = sorted(((_total(s) - heard, k) for k, s in enumerate(scores[1:])), key=lambda g: -g[0])
     taken: list[int] = []
     for gain, k in ranked:
         i, j, _ = candidates[k]
         log_p, n_tokens = scores[k + 1][i]
-        if (
-            gain > margin
-            and log_p / max(1, n_tokens) >= math.log(min_p)
-            and all(j <= candidates[t][0] or i >= candidates[t][1] for t in taken)
-        ):
+        fits = all(j <= candidates[t][0] or i >= candidates[t][1] for t in taken)
+        if gain > margin and log_p / max(1, n_tokens) >= math.log(min_p) and fits:
             taken.append(k)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "term check %r -> %r: %+.1f nats, term p %.2f%s",
+                " ".join(texts[i:j]), candidates[k][2], gain,
+                math.exp(log_p / max(1, n_tokens)), " (taken)" if k in taken else "",
+            )  # fmt: skip
     if len(taken) > 1:
-        both = score([_with_terms(texts, [candidates[k] for k in taken])])
+        both = score(*where, [_with_terms(texts, [candidates[k] for k in taken])])
         if both is None or _total(both[0]) - heard <= ranked[0][0]:
             taken = taken[:1]
-    out: list[Word] = []
-    done = 0
-    for k in sorted(taken, key=lambda k: candidates[k][0]):
+    out = []
+    for k in taken:
         i, j, form = candidates[k]
-        log_p, n_tokens = scores[k + 1][i]  # the term's own score, in the transcript with it
-        stretch = words[i:j]
-        out.extend(words[done:i])
-        out.append(
-            Word(
-                form + _trailing_punctuation(stretch[-1].word),
-                stretch[0].t_start,
-                stretch[-1].t_end,
-                math.exp(log_p / max(1, n_tokens)),
-            )
-        )
-        done = j
-    out.extend(words[done:])
-    return out, len(taken)
+        log_p, n_tokens = scores[k + 1][i]  # the term's own score, in the sentence with it
+        out.append((i, j, form, math.exp(log_p / max(1, n_tokens))))
+    return out
 
 
 def _total(word_scores: Sequence[tuple[float, int]]) -> float:
@@ -385,15 +465,15 @@ def _forms(term: str) -> list[str]:
 def _stretches_like(
     words: Sequence[Word], key: str, terms: set[str], min_similarity: float
 ) -> list[tuple[float, int, int]]:
-    """Stretches `words[i:j]` (up to `_MAX_STRETCH` words) that spell like the term `key`,
-    hold no form of a slide term (`terms`), and have between half and twice its letters, as
-    `(similarity, i, j)`: the most alike one per starting word."""
+    """Stretches `words[i:j]` (up to `_MAX_STRETCH` words, inside a sentence) that spell like
+    the term `key`, hold no form of a slide term (`terms`), and have between half and twice its
+    letters, as `(similarity, i, j)`: the most alike one per starting word."""
     folded = len(_fold(key))
     best: dict[int, tuple[float, int]] = {}
     for i in range(len(words)):
         for j in range(i + 1, min(i + _MAX_STRETCH, len(words)) + 1):
-            if _is_term(words[j - 1].key, terms):
-                break
+            if _is_term(words[j - 1].key, terms) or (j - 1 > i and words[j - 2].ends_sentence):
+                break  # a slide term there already, or across a sentence end
             spelled = "".join(w.key for w in words[i:j])
             if not spelled or not folded <= 2 * len(_fold(spelled)) <= 4 * folded:
                 continue
@@ -434,7 +514,7 @@ def read_primed(
     transcribe: Callable[..., list[Word]],
     mode: PrimingMode,
     terms: Sequence[str],
-    score: Callable[..., list[list[tuple[float, int]]] | None] | None = None,
+    score: Callable[[Sequence[str]], TextScore] | None = None,
     *,
     min_p: float = 0.3,
 ) -> tuple[list[Word], list[str]]:
@@ -442,9 +522,9 @@ def read_primed(
     audio), and the terms it was primed with ([]: read unprimed). Guarded, it is decoded
     unprimed and primed and `guard_primed` keeps the unprimed reading but where the primed one
     hears a term in place of words spelled like it (Whisper encodes the audio once). Scored, it
-    is decoded unprimed and `correct_terms` puts a term where `score(texts, hotwords=...)` (the
-    same audio teacher-forced) hears it in place of words spelled like it, read with p >=
-    `min_p`."""
+    is decoded unprimed and `correct_terms` puts a term where the scorer `score(terms)` gives
+    (the same audio teacher-forced, `scorer`) hears it in place of words spelled like it, read
+    with p >= `min_p`."""
     if mode == "plain" or not terms:
         return transcribe(), []
     if mode == "primed":
@@ -453,7 +533,7 @@ def read_primed(
     if mode == "scored":
         if score is None:
             return plain, list(terms)
-        corrected, _ = correct_terms(plain, terms, partial(score, hotwords=terms), min_p=min_p)
+        corrected, _ = correct_terms(plain, terms, score(terms), min_p=min_p)
         return corrected, list(terms)
     return guard_primed(plain, transcribe(hotwords=terms), terms), list(terms)
 
@@ -463,6 +543,7 @@ __all__ = [
     "ScreenTerms",
     "TokenCount",
     "correct_terms",
+    "scorer",
     "count_terms",
     "drop_recited",
     "drop_unspoken_terms",

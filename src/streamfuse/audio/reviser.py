@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -25,7 +25,7 @@ import numpy as np
 
 from streamfuse.audio.config import AsrConfig
 from streamfuse.audio.policy import Word
-from streamfuse.audio.priming import PrimingMode, read_primed
+from streamfuse.audio.priming import PrimingMode, read_primed, scorer
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
 from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ
 
@@ -55,10 +55,11 @@ def shift_words(words: Sequence[Word], shift_s: float, end_s: float) -> list[Wor
     kept inside 0..`end_s`."""
     if shift_s == 0.0:
         return list(words)
-    return [
-        Word(w.word, min(max(0.0, w.t_start + shift_s), end_s), min(w.t_end + shift_s, end_s), w.p)
-        for w in words
-    ]
+
+    def moved(t: float) -> float:
+        return min(max(0.0, t + shift_s), end_s)
+
+    return [replace(w, t_start=moved(w.t_start), t_end=moved(w.t_end)) for w in words]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +126,7 @@ class BackgroundReader:
         started = time.perf_counter()
         try:
             transcribe = partial(self.transcriber.transcribe, job.audio, job.prompt)
-            score = partial(self.transcriber.score, job.audio, job.prompt)
+            score = partial(scorer, self.transcriber.score, job.audio, job.prompt)
             min_p = self.config.prime_score_min_p
             words, terms = read_primed(transcribe, job.mode, job.terms, score, min_p=min_p)
         finally:

@@ -30,6 +30,7 @@ import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import replace
 from difflib import SequenceMatcher
 from functools import partial
 from pathlib import Path
@@ -47,6 +48,7 @@ from streamfuse.audio.priming import (
     drop_unspoken_terms,
     read_primed,
     relevant,
+    scorer,
 )
 from streamfuse.audio.reviser import BackgroundReader, Reread
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
@@ -445,7 +447,10 @@ class AsrStage(Stage):
             if cfg.revise_lookback_s > 0 and len(words) < cfg.revise_min_share * len(replaced) - 1:
                 continue  # a stretch the long pass dropped (no-speech): keep the commits
             confidence = cfg.revise_confidence if model is None else cfg.background_confidence
-            if confidence and not _more_confident(words, replaced):
+            # A slide term the model's own check put there was judged on its sound already
+            # (its p is read with the terms in the prompt: not comparable with the others').
+            checked = any(w.checked for w in words)
+            if confidence and not checked and not _more_confident(words, replaced):
                 continue
             if model is None and any(id(w) in self._accurate for w in replaced):
                 continue  # the accurate model read these: the stream's model does not undo it
@@ -625,7 +630,7 @@ class AsrStage(Stage):
         raw = drop_recited(raw, terms)
         words = []
         for w in raw:
-            w = Word(w.word, w.t_start + t0, min(w.t_end + t0, end), w.p)
+            w = replace(w, t_start=w.t_start + t0, t_end=min(w.t_end + t0, end))
             if w.p < self.config.silence_word_max_p and self._in_silence(w):
                 log.debug("dropped %r (p=%.2f) in silence at %.2f s", w.word, w.p, w.t_start)
                 continue
@@ -652,7 +657,7 @@ class AsrStage(Stage):
         if mode != "plain":
             self.primed_decodes += 1
         transcribe = partial(self._transcriber.transcribe, audio, prompt, fast=fast)
-        score = partial(self._transcriber.score, audio, prompt)
+        score = partial(scorer, self._transcriber.score, audio, prompt)
         min_p = self.config.prime_score_min_p
         return await self.run_blocking(read_primed, transcribe, mode, terms, score, min_p=min_p)
 

@@ -192,10 +192,10 @@ class WhisperTranscriber(Transcriber):
 
         self.load()
         model = self._model
-        model.frames = None
+        # The encoder sees only the audio (whole seconds), as a fast pass reads it.
+        model.frames = self.context_frames(len(audio), fast=True)
         features = model.feature_extractor(np.ascontiguousarray(audio, dtype=np.float32))
         frames = min(features.shape[-1] - 1, _FULL_FRAMES)
-        # Padded as `transcribe` pads its (full-window) pass: the encoding is that pass's.
         encoded = model.encode(pad_or_trim(features[:, :frames]))
         tokenizer = self._tokenizer()
         # The context as faster-whisper builds it for a decode (hotwords, then the previous
