@@ -823,7 +823,11 @@ def test_the_background_reader_reads_primed_and_guarded_as_the_stream_would(
     def run(slides: ScreenTerms | None) -> tuple[list[str], SlideBiasedTranscriber]:
         # The scripted models place words alike: no clock shift between them.
         config = AsrConfig(
-            **_FAST, prime_max_terms=20, prime_trust_terms=0, effort_model_shift_s=0.0
+            **_FAST,
+            prime_max_terms=20,
+            prime_guard="full",
+            prime_trust_terms=0,
+            effort_model_shift_s=0.0,
         )
         stream_model = AlwaysMishearingTranscriber(clip, script, "engine", "engines", 0.4)
         accurate = SlideBiasedTranscriber(clip, script)

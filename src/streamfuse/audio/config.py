@@ -292,10 +292,11 @@ class AsrConfig(BaseModel):
         le=100,
         description="Slide priming: at most this many rare words read on screen are passed to "
         "Whisper as hotwords (rare: the tokenizer splits them). 0, the default, disables "
-        "priming: measured live with `prime_guard` and `prime_trust_terms` it did not raise "
-        "WER where the slides do not match the speech, and lowered it by 11% relative on "
-        "held-out lectures whose slides match, 0% on dev (tiny.en; docs/asr.md); it decodes "
-        "guarded passes twice and trusted ones slower.",
+        "priming: measured live with the background reviser and `prime_guard='score'` it "
+        "lowered WER by 13% relative on dev lectures whose slides match and 8% on held-out "
+        "ones, short of the 15% aimed at, and took no term where the slides do not match "
+        "(docs/asr.md, 'Slide terms checked by scoring'); the check costs the reviser's "
+        "thread about half its reading time again.",
     )
     prime_min_overlap: int = Field(
         0,
@@ -319,29 +320,31 @@ class AsrConfig(BaseModel):
         "earlier utterances); off: that pass is unprimed, only the passes over the buffer are.",
     )
     prime_guard: Literal["off", "lookback", "full", "all", "score"] = Field(
-        "full",
-        description="Slide priming: which passes are read twice, unprimed and primed (the "
+        "score",
+        description="Slide priming: how a slide term gets into the transcript. 'score' (the "
+        "default): no primed decode at all; the most accurate reading of each utterance (the "
+        "background reviser's, else the full-window passes) is corrected by "
+        "`priming.correct_terms`: a term replaces words spelled like it where the model, "
+        "teacher-forced over the same audio, finds the sentence with it likelier and reads the "
+        "term itself with p >= `prime_score_min_p`. The others read passes primed: which ones "
+        "are read twice, unprimed and primed (the "
         "encoder output shared), the primed reading kept only where it hears a slide term in "
-        "place of similar-sounding words (`priming.guard_primed`): 'full' (default) the "
+        "place of similar-sounding words (`priming.guard_primed`): 'full' the "
         "full-window passes (at pauses and utterance ends: they commit and revise), 'lookback' "
         "those re-reading earlier utterances, 'all' every pass (twice the decoding: it falls "
         "behind on 2 cores). Passes the guard does not cover are read unprimed, until the "
         "slides are trusted (`prime_trust_terms`); 'off' reads every pass primed, unguarded "
         "(the comma list of terms then reaches the transcript as Whisper reads it: measured, "
-        "it raised WER on speech that did not match the slides; docs/asr.md). 'score': no "
-        "primed decode at all; the most accurate reading of each utterance (the background "
-        "reviser's, else the full-window passes) is corrected by `priming.correct_terms`: a "
-        "term replaces words spelled like it where the model, teacher-forced over the same "
-        "audio, finds the transcript with it likelier and reads the term itself with p >= "
-        "`prime_score_min_p`.",
+        "it raised WER on speech that did not match the slides; docs/asr.md).",
     )
     prime_score_min_p: float = Field(
         0.3,
         ge=0.0,
         le=1.0,
         description="`prime_guard='score'`: the least geometric-mean token probability a slide "
-        "term put in place of heard words must be read with (measured on the speech set: "
-        "terms said 0.36-0.97, terms the prompt alone made likelier 0.01-0.16).",
+        "term put in place of heard words must be read with (chosen on the dev split, where "
+        "no candidate read with p >= 0.1 was a wrong term and the prompt alone made wrong ones "
+        "likelier at 0.00-0.06; live, the terms taken were read with 0.31-0.99).",
     )
     prime_trust_terms: int = Field(
         2,
@@ -349,7 +352,8 @@ class AsrConfig(BaseModel):
         le=20,
         description="Slide priming: once the speech was heard saying this many distinct terms "
         "on screen (read unprimed, or taken by the guard) in the last `prime_window_s`, the "
-        "slides carry the speech and every pass is read primed only, unguarded (0: never).",
+        "slides carry the speech and every pass is read primed only, unguarded (0: never; "
+        "`prime_guard='score'` reads no pass primed).",
     )
     prime_fast: bool = Field(
         True,
