@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -808,6 +809,39 @@ def test_the_background_reader_leaves_a_surer_commit_alone(
     reader = BackgroundReader(config, transcriber=ScriptedTranscriber(clip, script))
     events, _ = asyncio.run(_run(AsrStage(config, transcriber=stream_model, reader=reader), clip))
     assert ("engines" in _speech(events)) is confidence
+
+
+class SlowTranscriber(ScriptedTranscriber):
+    """Reads as scripted, taking `delay_s` of wall time per pass (a busy accurate model)."""
+
+    def __init__(self, audio: np.ndarray, script: list[tuple[str, float, float]],
+                 delay_s: float) -> None:  # fmt: skip
+        super().__init__(audio, script)
+        self.delay_s = delay_s
+
+    def transcribe(self, audio: np.ndarray, prompt: str = "", **kwargs: object) -> list[Word]:
+        time.sleep(self.delay_s)
+        return super().transcribe(audio, prompt, **kwargs)  # type: ignore[arg-type]
+
+
+def test_offline_the_readings_land_alike_however_fast_the_reader_reads(
+    clip: np.ndarray,
+) -> None:
+    """Offline (a file run) each background reading lands at the next utterance end, whether
+    the reader finished at once or took long: the run's events do not depend on its speed."""
+    script = _truth_words()
+
+    def run(delay_s: float) -> list[tuple[str, str, float]]:
+        config = AsrConfig(**_FAST, background_confidence=False)
+        stream_model = AlwaysMishearingTranscriber(clip, script, "engine", "engines", 0.4)
+        reader = BackgroundReader(config, transcriber=SlowTranscriber(clip, script, delay_s))
+        stage = AsrStage(config, transcriber=stream_model, reader=reader, live=False)
+        events, _ = asyncio.run(_run(stage, clip))
+        return [(e.type, e.payload.fields().get("text", ""), e.t_media) for e in events]
+
+    instant, slow = run(0.0), run(0.3)
+    assert any(kind == "asr_revision" for kind, _, _ in instant)
+    assert instant == slow
 
 
 def test_the_background_reader_reads_primed_and_guarded_as_the_stream_would(

@@ -523,8 +523,11 @@ class AsrStage(Stage):
         self._reading = (job, self.reader.read(job))
 
     def _readings_done(self) -> list[EventFrame]:
-        """The revisions of a reading that has finished (none while it runs); starts the next."""
-        if self._reading is None or not self._reading[1].done():
+        """The revisions of a reading that has finished (none while it runs); starts the next.
+        Offline none: there each reading lands at the next utterance end (`_reread`), never at
+        whichever frame it happened to finish by, so a file run does not depend on how fast the
+        accurate model read (its revisions change the prompt of every later pass)."""
+        if not self.live or self._reading is None or not self._reading[1].done():
             return []
         return self._take_reading()
 
