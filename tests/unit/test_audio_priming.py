@@ -11,6 +11,7 @@ from streamfuse.audio.priming import (
     drop_recited,
     drop_unspoken_terms,
     guard_primed,
+    read_primed,
 )
 from streamfuse.events import OcrLine, OcrPayload
 from streamfuse.frames import EventFrame
@@ -251,3 +252,27 @@ def test_no_scorer_no_correction() -> None:
     heard = _words("the cumulative starts")
     assert correct_terms(heard, ["kubelet"], lambda *args: None) == (heard, 0)
     assert correct_terms(heard, [], ScriptedScore({})) == (heard, 0)
+
+
+def test_a_primed_reading_is_checked_too_when_asked() -> None:
+    """With `check`, a guarded or primed reading is scored like an unprimed one: the guard took
+    "Kubernetes" (the primed decode heard it), the check adds "cristae" that neither decode
+    got; without `check` only the 'scored' mode is checked."""
+    plain = _words("cube and eighties folds into Christy")
+    primed = _words("Kubernetes folds into Christy")
+    terms = ["Kubernetes", "cristae"]
+
+    def transcribe(hotwords: list[str] | None = None) -> list[Word]:
+        return list(primed if hotwords else plain)
+
+    def score(_terms: object) -> ScriptedScore:
+        return ScriptedScore({"christy": -3.0, "cristae": -0.7})
+
+    words, used = read_primed(transcribe, "guarded", terms, score, check=True)
+    assert _text(words) == "Kubernetes folds into cristae" and used == terms
+    words, used = read_primed(transcribe, "guarded", terms, score)
+    assert _text(words) == "Kubernetes folds into Christy"
+    words, used = read_primed(transcribe, "plain", terms, score)
+    assert _text(words) == _text(plain) and used == []
+    words, used = read_primed(transcribe, "scored", terms, score)
+    assert _text(words) == "cube and eighties folds into cristae" and used == terms

@@ -337,6 +337,15 @@ class AsrConfig(BaseModel):
         "(the comma list of terms then reaches the transcript as Whisper reads it: measured, "
         "it raised WER on speech that did not match the slides; docs/asr.md).",
     )
+    prime_check: bool = Field(
+        True,
+        description="Slide priming: the most accurate reading of each utterance (the background "
+        "reviser's, else the full-window passes) is also checked by scoring "
+        "(`priming.correct_terms`), however `prime_guard` read it: a slide term replaces words "
+        "spelled like it where the model, teacher-forced over the sentence's audio, finds the "
+        "sentence with it likelier and reads the term with p >= `prime_score_min_p`. Costs the "
+        "reviser's thread about half its reading time again.",
+    )
     prime_score_min_p: float = Field(
         0.3,
         ge=0.0,

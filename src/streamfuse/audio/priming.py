@@ -517,25 +517,30 @@ def read_primed(
     score: Callable[[Sequence[str]], TextScore] | None = None,
     *,
     min_p: float = 0.3,
+    check: bool = False,
 ) -> tuple[list[Word], list[str]]:
     """One pass's words read as `mode` says (`transcribe(hotwords=...)` decodes the pass's
-    audio), and the terms it was primed with ([]: read unprimed). Guarded, it is decoded
-    unprimed and primed and `guard_primed` keeps the unprimed reading but where the primed one
-    hears a term in place of words spelled like it (Whisper encodes the audio once). Scored, it
-    is decoded unprimed and `correct_terms` puts a term where the scorer `score(terms)` gives
-    (the same audio teacher-forced, `scorer`) hears it in place of words spelled like it, read
-    with p >= `min_p`."""
-    if mode == "plain" or not terms:
+    audio), and the terms it was primed with or checked against ([]: neither). Guarded, it is
+    decoded unprimed and primed and `guard_primed` keeps the unprimed reading but where the
+    primed one hears a term in place of words spelled like it (Whisper encodes the audio once).
+    Scored (or with `check`, whatever the mode), the reading is then corrected by
+    `correct_terms`: a term goes where the scorer `score(terms)` gives (the same audio
+    teacher-forced, `scorer`) hears it in place of words spelled like it, read with p >=
+    `min_p`."""
+    if not terms:
         return transcribe(), []
+    used: list[str] = list(terms)
     if mode == "primed":
-        return transcribe(hotwords=terms), list(terms)
-    plain = transcribe()
-    if mode == "scored":
-        if score is None:
-            return plain, list(terms)
-        corrected, _ = correct_terms(plain, terms, score(terms), min_p=min_p)
-        return corrected, list(terms)
-    return guard_primed(plain, transcribe(hotwords=terms), terms), list(terms)
+        words = transcribe(hotwords=terms)
+    elif mode == "guarded":
+        words = guard_primed(transcribe(), transcribe(hotwords=terms), terms)
+    else:
+        words = transcribe()
+        used = []
+    if (check or mode == "scored") and score is not None:
+        words, _ = correct_terms(words, terms, score(terms), min_p=min_p)
+        used = list(terms)
+    return words, used
 
 
 __all__ = [

@@ -128,7 +128,10 @@ class BackgroundReader:
             transcribe = partial(self.transcriber.transcribe, job.audio, job.prompt)
             score = partial(scorer, self.transcriber.score, job.audio, job.prompt)
             min_p = self.config.prime_score_min_p
-            words, terms = read_primed(transcribe, job.mode, job.terms, score, min_p=min_p)
+            check = self.config.prime_check
+            words, terms = read_primed(
+                transcribe, job.mode, job.terms, score, min_p=min_p, check=check
+            )
         finally:
             self.passes += 1
             self.busy_s += time.perf_counter() - started

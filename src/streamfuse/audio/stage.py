@@ -662,7 +662,11 @@ class AsrStage(Stage):
         transcribe = partial(self._transcriber.transcribe, audio, prompt, fast=fast)
         score = partial(scorer, self._transcriber.score, audio, prompt)
         min_p = self.config.prime_score_min_p
-        return await self.run_blocking(read_primed, transcribe, mode, terms, score, min_p=min_p)
+        # Without a reviser the full-window passes are the most accurate reading: checked.
+        check = self.config.prime_check and self.reader is None and not fast
+        return await self.run_blocking(
+            read_primed, transcribe, mode, terms, score, min_p=min_p, check=check
+        )
 
     def _priming_mode(
         self,
