@@ -320,22 +320,17 @@ class AsrConfig(BaseModel):
         "earlier utterances); off: that pass is unprimed, only the passes over the buffer are.",
     )
     prime_guard: Literal["off", "lookback", "full", "all", "score"] = Field(
-        "score",
-        description="Slide priming: how a slide term gets into the transcript. 'score' (the "
-        "default): no primed decode at all; the most accurate reading of each utterance (the "
-        "background reviser's, else the full-window passes) is corrected by "
-        "`priming.correct_terms`: a term replaces words spelled like it where the model, "
-        "teacher-forced over the same audio, finds the sentence with it likelier and reads the "
-        "term itself with p >= `prime_score_min_p`. The others read passes primed: which ones "
-        "are read twice, unprimed and primed (the "
+        "full",
+        description="Slide priming: which passes are read twice, unprimed and primed (the "
         "encoder output shared), the primed reading kept only where it hears a slide term in "
-        "place of similar-sounding words (`priming.guard_primed`): 'full' the "
+        "place of similar-sounding words (`priming.guard_primed`): 'full' (default) the "
         "full-window passes (at pauses and utterance ends: they commit and revise), 'lookback' "
         "those re-reading earlier utterances, 'all' every pass (twice the decoding: it falls "
         "behind on 2 cores). Passes the guard does not cover are read unprimed, until the "
         "slides are trusted (`prime_trust_terms`); 'off' reads every pass primed, unguarded "
         "(the comma list of terms then reaches the transcript as Whisper reads it: measured, "
-        "it raised WER on speech that did not match the slides; docs/asr.md).",
+        "it raised WER on speech that did not match the slides; docs/asr.md). 'score': no pass "
+        "is read primed; terms get in only by `prime_check`.",
     )
     prime_check: bool = Field(
         True,
