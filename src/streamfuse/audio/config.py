@@ -292,11 +292,11 @@ class AsrConfig(BaseModel):
         le=100,
         description="Slide priming: at most this many rare words read on screen are passed to "
         "Whisper as hotwords (rare: the tokenizer splits them). 0, the default, disables "
-        "priming: measured live with the background reviser and `prime_guard='score'` it "
-        "lowered WER by 13% relative on dev lectures whose slides match and 8% on held-out "
-        "ones, short of the 15% aimed at, and took no term where the slides do not match "
-        "(docs/asr.md, 'Slide terms checked by scoring'); the check costs the reviser's "
-        "thread about half its reading time again.",
+        "priming: measured live with the background reviser, `prime_guard='full'` and "
+        "`prime_check` it lowered WER by 24% relative on dev lectures whose slides match but "
+        "12% on held-out ones (19% on the simulated clock), and its guarded double decode put "
+        "first commits over 3 s (p95) on an AVX2-only CPU (docs/asr.md, 'Slide terms checked "
+        "by scoring').",
     )
     prime_min_overlap: int = Field(
         0,
