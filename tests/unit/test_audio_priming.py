@@ -257,7 +257,7 @@ def test_no_scorer_no_correction() -> None:
 def test_a_primed_reading_is_checked_too_when_asked() -> None:
     """With `check`, a guarded or primed reading is scored like an unprimed one: the guard took
     "Kubernetes" (the primed decode heard it), the check adds "cristae" that neither decode
-    got; without `check` only the 'scored' mode is checked."""
+    got; without `check` no reading is."""
     plain = _words("cube and eighties folds into Christy")
     primed = _words("Kubernetes folds into Christy")
     terms = ["Kubernetes", "cristae"]
@@ -274,5 +274,5 @@ def test_a_primed_reading_is_checked_too_when_asked() -> None:
     assert _text(words) == "Kubernetes folds into Christy"
     words, used = read_primed(transcribe, "plain", terms, score)
     assert _text(words) == _text(plain) and used == []
-    words, used = read_primed(transcribe, "scored", terms, score)
+    words, used = read_primed(transcribe, "plain", terms, score, check=True)
     assert _text(words) == "cube and eighties folds into cristae" and used == terms

@@ -345,7 +345,7 @@ class AsrConfig(BaseModel):
         0.3,
         ge=0.0,
         le=1.0,
-        description="`prime_guard='score'`: the least geometric-mean token probability a slide "
+        description="`prime_check`: the least geometric-mean token probability a slide "
         "term put in place of heard words must be read with (chosen on the dev split, where "
         "no candidate read with p >= 0.1 was a wrong term and the prompt alone made wrong ones "
         "likelier at 0.00-0.06; live, the terms taken were read with 0.31-0.99).",
@@ -392,6 +392,12 @@ class AsrConfig(BaseModel):
         """Whether the background reviser runs: `background_revise`, with `effort` 0 and a
         stream model other than `effort_model` (base reading base again would change nothing)."""
         return self.background_revise and self.effort == 0 and self.model != self.effort_model
+
+    @property
+    def checks_terms(self) -> bool:
+        """Whether the most accurate reading of each utterance is checked for slide terms by
+        scoring: `prime_check`, or `prime_guard='score'` (where it is the only way in)."""
+        return self.prime_check or self.prime_guard == "score"
 
 
 __all__ = ["AsrConfig"]

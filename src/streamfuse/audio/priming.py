@@ -23,7 +23,8 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from difflib import SequenceMatcher
-from typing import Literal
+from functools import partial
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -31,6 +32,9 @@ from streamfuse.audio.policy import Word
 from streamfuse.events import OcrPayload
 from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ, EventFrame
 from streamfuse.pipeline import FrameEmitted, Observer
+
+if TYPE_CHECKING:
+    from streamfuse.audio.transcriber import Transcriber
 
 log = logging.getLogger(__name__)
 
@@ -507,7 +511,7 @@ def count_terms(words: Iterable[str], terms: Iterable[str]) -> Counter[str]:
 
 
 #: How a pass reads with slide terms: unprimed, primed only, or both with `guard_primed`.
-PrimingMode = Literal["plain", "primed", "guarded", "scored"]
+PrimingMode = Literal["plain", "primed", "guarded"]
 
 
 def read_primed(
@@ -523,10 +527,9 @@ def read_primed(
     audio), and the terms it was primed with or checked against ([]: neither). Guarded, it is
     decoded unprimed and primed and `guard_primed` keeps the unprimed reading but where the
     primed one hears a term in place of words spelled like it (Whisper encodes the audio once).
-    Scored (or with `check`, whatever the mode), the reading is then corrected by
-    `correct_terms`: a term goes where the scorer `score(terms)` gives (the same audio
-    teacher-forced, `scorer`) hears it in place of words spelled like it, read with p >=
-    `min_p`."""
+    With `check`, whatever the mode, the reading is then corrected by `correct_terms`: a term
+    goes where the scorer `score(terms)` gives (the same audio teacher-forced, `scorer`) hears
+    it in place of words spelled like it, read with p >= `min_p`."""
     if not terms:
         return transcribe(), []
     used: list[str] = list(terms)
@@ -537,10 +540,28 @@ def read_primed(
     else:
         words = transcribe()
         used = []
-    if (check or mode == "scored") and score is not None:
+    if check and score is not None:
         words, _ = correct_terms(words, terms, score(terms), min_p=min_p)
         used = list(terms)
     return words, used
+
+
+def read_pass(
+    transcriber: Transcriber,
+    audio: np.ndarray,
+    prompt: str,
+    mode: PrimingMode,
+    terms: Sequence[str],
+    *,
+    check: bool,
+    min_p: float,
+    fast: bool = False,
+) -> tuple[list[Word], list[str]]:
+    """`read_primed` over `audio` with `transcriber` (its decodes and, for the check, its
+    `Transcriber.score`): the one way the stream's passes and the reviser's readings are read."""
+    transcribe = partial(transcriber.transcribe, audio, prompt, fast=fast)
+    score = partial(scorer, transcriber.score, audio, prompt)
+    return read_primed(transcribe, mode, terms, score, min_p=min_p, check=check)
 
 
 __all__ = [
@@ -553,6 +574,7 @@ __all__ = [
     "drop_recited",
     "drop_unspoken_terms",
     "guard_primed",
+    "read_pass",
     "read_primed",
     "relevant",
 ]

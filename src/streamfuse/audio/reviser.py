@@ -18,14 +18,13 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from streamfuse.audio.config import AsrConfig
 from streamfuse.audio.policy import Word
-from streamfuse.audio.priming import PrimingMode, read_primed, scorer
+from streamfuse.audio.priming import PrimingMode, read_pass
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
 from streamfuse.frames import AUDIO_SAMPLE_RATE_HZ
 
@@ -125,13 +124,11 @@ class BackgroundReader:
     def _read(self, job: Reread) -> tuple[list[Word], list[str]]:
         started = time.perf_counter()
         try:
-            transcribe = partial(self.transcriber.transcribe, job.audio, job.prompt)
-            score = partial(scorer, self.transcriber.score, job.audio, job.prompt)
-            min_p = self.config.prime_score_min_p
-            check = self.config.prime_check
-            words, terms = read_primed(
-                transcribe, job.mode, job.terms, score, min_p=min_p, check=check
-            )
+            cfg = self.config
+            words, terms = read_pass(
+                self.transcriber, job.audio, job.prompt, job.mode, job.terms,
+                check=cfg.checks_terms, min_p=cfg.prime_score_min_p,
+            )  # fmt: skip
         finally:
             self.passes += 1
             self.busy_s += time.perf_counter() - started

@@ -32,7 +32,6 @@ from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import replace
 from difflib import SequenceMatcher
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -46,9 +45,8 @@ from streamfuse.audio.priming import (
     count_terms,
     drop_recited,
     drop_unspoken_terms,
-    read_primed,
+    read_pass,
     relevant,
-    scorer,
 )
 from streamfuse.audio.reviser import BackgroundReader, Reread
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
@@ -506,7 +504,7 @@ class AsrStage(Stage):
         audio, t0 = span
         lookback = t0 < (self._buf_t0 or 0.0)
         terms = self._pass_terms(t0, until, fast=False)
-        mode = self._priming_mode(terms, until, fast=False, lookback=lookback, reviser=True)
+        mode = self._priming_mode(terms, until, fast=False, lookback=lookback)
         job = Reread(
             audio.copy(), t0, self._prompt(t0), self._revision_scope(start), until, mode, terms
         )
@@ -659,23 +657,15 @@ class AsrStage(Stage):
         mode = self._priming_mode(terms, until, fast=fast, lookback=lookback)
         if mode != "plain":
             self.primed_decodes += 1
-        transcribe = partial(self._transcriber.transcribe, audio, prompt, fast=fast)
-        score = partial(scorer, self._transcriber.score, audio, prompt)
-        min_p = self.config.prime_score_min_p
         # Without a reviser the full-window passes are the most accurate reading: checked.
-        check = self.config.prime_check and self.reader is None and not fast
+        check = self.config.checks_terms and self.reader is None and not fast
         return await self.run_blocking(
-            read_primed, transcribe, mode, terms, score, min_p=min_p, check=check
-        )
+            read_pass, self._transcriber, audio, prompt, mode, terms,
+            check=check, min_p=self.config.prime_score_min_p, fast=fast,
+        )  # fmt: skip
 
     def _priming_mode(
-        self,
-        terms: Sequence[str],
-        until: float,
-        *,
-        fast: bool,
-        lookback: bool,
-        reviser: bool = False,
+        self, terms: Sequence[str], until: float, *, fast: bool, lookback: bool
     ) -> PrimingMode:
         """How a pass ending at media time `until` reads with the slide `terms`. Guarded
         (`prime_guard`), it is read unprimed and primed, and the guard keeps the unprimed
@@ -683,13 +673,12 @@ class AsrStage(Stage):
         pass the guard does not cover is read unprimed. Once the words heard (committed or
         pending) in the last `prime_window_s` hold `prime_trust_terms` distinct terms still on
         screen, the slides carry the speech: passes are read primed only, as Whisper reads them
-        with the terms. With the guard off every pass is read primed only. With 'score' the
-        most accurate reading of an utterance (the `reviser`'s; without one the full-window
-        passes) is scored (`priming.correct_terms`), every other pass read unprimed."""
+        with the terms. With the guard off every pass is read primed only; with 'score' none
+        is (terms get in only by the check, `AsrConfig.checks_terms`)."""
         if not terms:
             return "plain"
         if self.config.prime_guard == "score":
-            return "scored" if reviser or (self.reader is None and not fast) else "plain"
+            return "plain"
         if self.config.prime_guard == "off" or self._trusted(terms, until):
             return "primed"
         return "guarded" if self._guarded(fast=fast, lookback=lookback) else "plain"
