@@ -844,38 +844,55 @@ def test_offline_the_readings_land_alike_however_fast_the_reader_reads(
     assert instant == slow
 
 
+class HotwordRecorder(AlwaysMishearingTranscriber):
+    """`AlwaysMishearingTranscriber` that records the hotwords of each pass ('' unprimed)."""
+
+    def __init__(self, audio: np.ndarray, script: list[tuple[str, float, float]], word: str,
+                 heard: str, p: float) -> None:  # fmt: skip
+        super().__init__(audio, script, word, heard, p)
+        self.hotwords: list[str] = []
+
+    def transcribe(self, audio: np.ndarray, prompt: str = "", **kwargs: object) -> list[Word]:
+        self.hotwords.append(str(kwargs.get("hotwords") or ""))
+        return super().transcribe(audio, prompt, **kwargs)
+
+
+@pytest.mark.parametrize("prime_stream", [True, False])
 def test_the_background_reader_reads_primed_and_guarded_as_the_stream_would(
-    clip: np.ndarray,
+    clip: np.ndarray, prime_stream: bool
 ) -> None:
     """The stream's model never gets "engine" (reads "engines", unsure). The reader (the
     accurate model) mishears it as "and gin" unprimed and gets it primed, where it also imitates
     slide terms after "spoken". With the slides on screen its reading is guarded like the
     stream's full passes: the term is kept, the imitation dropped; without slides its reading
-    "and gin" (surer than "engines") replaces the commit."""
+    "and gin" (surer than "engines") replaces the commit. With `prime_stream` off the stream's
+    own passes are never primed; the reader's readings are, as before."""
     script = _truth_words()
 
-    def run(slides: ScreenTerms | None) -> tuple[list[str], SlideBiasedTranscriber]:
+    def run(slides: ScreenTerms | None) -> tuple[list[str], SlideBiasedTranscriber, list[str]]:
         # The scripted models place words alike: no clock shift between them.
         config = AsrConfig(
             **_FAST,
             prime_max_terms=20,
             prime_guard="full",
             prime_trust_terms=0,
+            prime_stream=prime_stream,
             effort_model_shift_s=0.0,
         )
-        stream_model = AlwaysMishearingTranscriber(clip, script, "engine", "engines", 0.4)
+        stream_model = HotwordRecorder(clip, script, "engine", "engines", 0.4)
         accurate = SlideBiasedTranscriber(clip, script)
         reader = BackgroundReader(config, transcriber=accurate)
         stage = AsrStage(config, transcriber=stream_model, screen_terms=slides, reader=reader)
-        return _speech(asyncio.run(_run(stage, clip))[0]), accurate
+        return _speech(asyncio.run(_run(stage, clip))[0]), accurate, stream_model.hotwords
 
     slides = ScreenTerms()
     slides.add(["The engine reads Kubelet logs"], 0.0)
-    words, accurate = run(slides)
+    words, accurate, stream_hotwords = run(slides)
     assert words == [w for w, _, _ in script]
     assert any(accurate.hotwords) and not all(accurate.hotwords)  # unprimed and primed
-    words, accurate = run(None)
-    assert "gin" in words and not any(accurate.hotwords)
+    assert any(stream_hotwords) is prime_stream
+    words, accurate, stream_hotwords = run(None)
+    assert "gin" in words and not any(accurate.hotwords) and not any(stream_hotwords)
 
 
 def test_a_missing_accurate_model_leaves_the_stream_running(

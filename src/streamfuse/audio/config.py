@@ -364,6 +364,14 @@ class AsrConfig(BaseModel):
         description="Slide priming also on the fast updates inside speech; off: only the "
         "full-window passes (at pauses and utterance ends, the ones that revise) are primed.",
     )
+    prime_stream: bool = Field(
+        True,
+        description="Slide priming also on the stream's own passes (the words first committed); "
+        "off: with the background reviser, only its readings are primed (guarded and checked "
+        "as `prime_guard` and `prime_check` say), so first commits never wait for a primed "
+        "decode and the slide terms get in as revisions. Without a reviser, the stream's passes "
+        "are primed whatever this says.",
+    )
     prime_window_s: float = Field(
         60.0, ge=1.0, le=600.0, description="Slide priming: terms on screen this recently."
     )

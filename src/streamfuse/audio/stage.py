@@ -588,7 +588,7 @@ class AsrStage(Stage):
         audio, t0 = span
         n = len(audio)
         prompt = self._prompt(t0)
-        terms = self._pass_terms(t0, until, fast=fast)
+        terms = self._pass_terms(t0, until, fast=fast) if self._primes_stream else []
         started = time.perf_counter()
         raw, terms = await self._decode(
             audio, prompt, terms, until, fast=fast, lookback=t0 < self._buf_t0
@@ -884,6 +884,11 @@ class AsrStage(Stage):
         if (lookback and not cfg.prime_lookback) or (fast and not cfg.prime_fast):
             return []
         return self._terms(until)
+
+    @property
+    def _primes_stream(self) -> bool:
+        """Whether the stream's own passes are primed: `prime_stream`, or no reviser to be."""
+        return self.config.prime_stream or self.reader is None
 
     def _guarded(self, *, fast: bool, lookback: bool) -> bool:
         """Whether a primed pass is checked against an unprimed one (`prime_guard`)."""
