@@ -8,7 +8,10 @@ Systems (all the same Whisper model, each a real `Stage` fed 20 ms windows):
   slides over every synthetic clip's speech: how much priming costs where slides do not match);
   ``ours-reviser``: ``ours`` with ``background_revise`` forced on (Whisper base re-reads each
   utterance after its commits, on a low-priority thread, and revises; on by default, so
-  ``--set background_revise=false`` makes ``ours`` tiny.en alone beside it);
+  ``--set background_revise=false`` makes ``ours`` tiny.en alone beside it); any of these with
+  ``+TAG`` and ``--variant SYSTEM+TAG:FIELD=VALUE`` (repeatable): that system with other
+  `AsrConfig` fields, beside the plain one in the same run (e.g. ``--systems ours,ours+nolb
+  --variant ours+nolb:lookback_in_background=true``);
 - ``la2``: whisper_streaming-style LocalAgreement-2: the growing buffer re-transcribed every
   1 s (full window, no VAD), the longest common prefix of two hypotheses committed, the buffer
   trimmed at a committed sentence end past 15 s;
@@ -347,6 +350,18 @@ def make_stage(system: str, clip: Clip, config: AsrConfig, transcriber: Transcri
     return AsrStage(config, transcriber=transcriber, screen_terms=terms, live=live, name=system)
 
 
+def _fields(items: list[str]) -> dict[str, Any]:
+    """`FIELD=VALUE` items as AsrConfig overrides (a value that is not JSON stays a string)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        try:
+            out[key] = json.loads(value)
+        except ValueError:
+            out[key] = value
+    return out
+
+
 def _is_speech(frame: Frame) -> bool:
     return isinstance(frame, EventFrame) and isinstance(
         frame.payload, AsrPayload | AsrRevisionPayload
@@ -573,6 +588,15 @@ def main(argv: list[str] | None = None) -> int:
         metavar="FIELD=VALUE",
         help="any other AsrConfig field (JSON value), repeatable",
     )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="SYSTEM+TAG:FIELD=VALUE",
+        help="a system run with other AsrConfig fields (JSON values) beside the plain one: "
+        "name SYSTEM+TAG in --systems; repeatable, one field each (not `model`: the systems "
+        "share one loaded model)",
+    )
     parser.add_argument("--no-offline", action="store_true", help="skip the offline references")
     parser.add_argument("--show-text", action="store_true", help="print whole transcripts")
     parser.add_argument(
@@ -590,14 +614,16 @@ def main(argv: list[str] | None = None) -> int:
         overrides["beam_size"] = args.beam_size
     if args.threads is not None:
         overrides["cpu_threads"] = args.threads
-    for item in args.set:
-        key, _, value = item.partition("=")
-        try:
-            overrides[key] = json.loads(value)
-        except ValueError:
-            overrides[key] = value
+    overrides.update(_fields(args.set))
     config = AsrConfig(**overrides)
     systems = [s for s in args.systems.split(",") if s]
+    variants: dict[str, AsrConfig] = {}
+    for item in args.variant:
+        name, _, field_ = item.partition(":")
+        if "+" not in name or name not in systems:
+            parser.error(f"--variant {item!r}: name a SYSTEM+TAG given in --systems")
+        base = variants.get(name, config)
+        variants[name] = AsrConfig(**{**base.model_dump(), **_fields([field_])})
     clips = load_clips(args)
     transcriber = WhisperTranscriber(config)
     transcriber.load()
@@ -630,10 +656,12 @@ def main(argv: list[str] | None = None) -> int:
             if args.show_text:
                 print(f"    {text}")
         for system in systems:
-            if system == "ours-primed-other" and _other_slides(clip, clips) is None:
+            kind = system.partition("+")[0]
+            if kind == "ours-primed-other" and _other_slides(clip, clips) is None:
                 continue  # not a synthetic clip, or no other clip's slides to show
-            stage = make_stage(system, clip, config, transcriber, args.ocr_delay_s,
-                               _other_slides(clip, clips), live=args.realtime)  # fmt: skip
+            stage = make_stage(kind, clip, variants.get(system, config), transcriber,
+                               args.ocr_delay_s, _other_slides(clip, clips),
+                               live=args.realtime)  # fmt: skip
             res: Result = asyncio.run(runner(stage, clip))
             score = wer(clip.ref, res.text)
             row = {"wer": score, "wer_first": wer(clip.ref, res.text_first),

@@ -844,19 +844,6 @@ def test_offline_the_readings_land_alike_however_fast_the_reader_reads(
     assert instant == slow
 
 
-class HotwordRecorder(AlwaysMishearingTranscriber):
-    """`AlwaysMishearingTranscriber` that records the hotwords of each pass ('' unprimed)."""
-
-    def __init__(self, audio: np.ndarray, script: list[tuple[str, float, float]], word: str,
-                 heard: str, p: float) -> None:  # fmt: skip
-        super().__init__(audio, script, word, heard, p)
-        self.hotwords: list[str] = []
-
-    def transcribe(self, audio: np.ndarray, prompt: str = "", **kwargs: object) -> list[Word]:
-        self.hotwords.append(str(kwargs.get("hotwords") or ""))
-        return super().transcribe(audio, prompt, **kwargs)
-
-
 @pytest.mark.parametrize("prime_stream", [True, False])
 def test_the_background_reader_reads_primed_and_guarded_as_the_stream_would(
     clip: np.ndarray, prime_stream: bool
@@ -869,7 +856,9 @@ def test_the_background_reader_reads_primed_and_guarded_as_the_stream_would(
     own passes are never primed; the reader's readings are, as before."""
     script = _truth_words()
 
-    def run(slides: ScreenTerms | None) -> tuple[list[str], SlideBiasedTranscriber, list[str]]:
+    def run(
+        slides: ScreenTerms | None,
+    ) -> tuple[list[str], SlideBiasedTranscriber, list[list[str]]]:
         # The scripted models place words alike: no clock shift between them.
         config = AsrConfig(
             **_FAST,
@@ -879,7 +868,7 @@ def test_the_background_reader_reads_primed_and_guarded_as_the_stream_would(
             prime_stream=prime_stream,
             effort_model_shift_s=0.0,
         )
-        stream_model = HotwordRecorder(clip, script, "engine", "engines", 0.4)
+        stream_model = AlwaysMishearingTranscriber(clip, script, "engine", "engines", 0.4)
         accurate = SlideBiasedTranscriber(clip, script)
         reader = BackgroundReader(config, transcriber=accurate)
         stage = AsrStage(config, transcriber=stream_model, screen_terms=slides, reader=reader)
