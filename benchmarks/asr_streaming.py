@@ -617,16 +617,21 @@ def main(argv: list[str] | None = None) -> int:
     overrides.update(_fields(args.set))
     config = AsrConfig(**overrides)
     systems = [s for s in args.systems.split(",") if s]
-    variants: dict[str, AsrConfig] = {}
+    changes: dict[str, dict[str, Any]] = defaultdict(dict)
     for item in args.variant:
         name, _, field_ = item.partition(":")
         if "+" not in name or name not in systems:
             parser.error(f"--variant {item!r}: name a SYSTEM+TAG given in --systems")
-        base = variants.get(name, config)
-        variants[name] = AsrConfig(**{**base.model_dump(), **_fields([field_])})
+        changes[name].update(_fields([field_]))
     clips = load_clips(args)
     transcriber = WhisperTranscriber(config)
     transcriber.load()
+    # A variant's stage and transcriber (decoding settings; the loaded model shared) both see
+    # its fields.
+    variants = {
+        name: (AsrConfig(**{**config.model_dump(), **fields}), transcriber.variant(**fields))
+        for name, fields in changes.items()
+    }
     runner: Callable[[Stage, Clip], Any] = run_realtime if args.realtime else run_simulated
     print(
         f"model: {config.model}  beam: {config.beam_size}  threads: {config.cpu_threads}  "
@@ -659,7 +664,8 @@ def main(argv: list[str] | None = None) -> int:
             kind = system.partition("+")[0]
             if kind == "ours-primed-other" and _other_slides(clip, clips) is None:
                 continue  # not a synthetic clip, or no other clip's slides to show
-            stage = make_stage(kind, clip, variants.get(system, config), transcriber,
+            system_config, system_transcriber = variants.get(system, (config, transcriber))
+            stage = make_stage(kind, clip, system_config, system_transcriber,
                                args.ocr_delay_s, _other_slides(clip, clips),
                                live=args.realtime)  # fmt: skip
             res: Result = asyncio.run(runner(stage, clip))

@@ -6,6 +6,7 @@ import asyncio
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from streamfuse.audio import AsrConfig, AsrStage
@@ -205,3 +206,44 @@ def test_whisper_base_checks_a_slide_term_by_its_sound() -> None:
     assert all(w.checked for w in fixed if w not in heard)
     other = slide_terms("glaciers-wmids-brown10", 60.0)
     assert correct_terms(heard, other, scorer(base.score, audio, "", other)) == (heard, 0)
+
+
+def test_a_short_tail_after_the_last_word_is_not_read_as_a_second_window() -> None:
+    """faster-whisper reads the audio after a window's last word as one more window (a whole
+    30 s encoder run) unless the window ended on a lone timestamp. Each utterance of the short
+    clip, read with the text before it as prompt and 0.35 s of its pause: with
+    `tail_window_min_s` 0 (faster-whisper as is) the tail is read again in some; by default no
+    pass reads a second window, and every word before the tail is read alike."""
+    from faster_whisper import decode_audio
+
+    from streamfuse.audio.transcriber import WhisperTranscriber
+
+    sr = 16000
+    audio = np.asarray(decode_audio(str(ASSETS / "short.mp4"), sampling_rate=sr), np.float32)
+    truth = json.loads((ASSETS / "short.truth.json").read_text())
+    as_is = WhisperTranscriber(AsrConfig(model="tiny.en", tail_window_min_s=0.0))
+    as_is.load()
+    model = as_is._model
+    windows: list[int] = []
+    encode = model.encode
+
+    def counted(features: np.ndarray) -> object:
+        out = encode(features)  # raises where a tail is skipped: not counted
+        windows[-1] += 1
+        return out
+
+    model.encode = counted
+    prompt = ""
+    tails = 0
+    for utterance in truth["asr"]:
+        piece = audio[round(utterance["t_start"] * sr) : round((utterance["t_end"] + 0.35) * sr)]
+        read = {}
+        for tail_s in (0.0, 1.0):
+            windows.append(0)
+            words = as_is.variant(tail_window_min_s=tail_s).transcribe(piece, prompt)
+            read[tail_s] = [w.word for w in words]
+        tails += windows[-2] > 1
+        assert windows[-1] == 1
+        assert read[1.0] and read[1.0] == read[0.0][: len(read[1.0])]
+        prompt += " " + utterance["text"]
+    assert tails >= 1, "no pass read a tail window: the test shows nothing here"

@@ -104,6 +104,16 @@ class AsrConfig(BaseModel):
         "consecutive hypotheses agree on them (LocalAgreement-2, after `max_pending_s`) or once "
         "`max_word_delay_s` old; a full-window pass at each pause commits the rest.",
     )
+    tail_window_min_s: float = Field(
+        1.0,
+        ge=0.0,
+        le=30.0,
+        description="faster-whisper reads the audio after a window's last word as one more "
+        "window (a second encoder run over a padded 30 s window) unless the window ended on a "
+        "lone timestamp; at a pause that tail is the pause's silence. A tail shorter than this "
+        "is not read (0: always read, faster-whisper's behaviour). Measured: docs/asr.md, "
+        "'The second window'.",
+    )
     context_pad_s: float = Field(
         4.0, ge=0.0, le=25.0, description="Padding after the audio in a fast update, s."
     )

@@ -72,6 +72,16 @@ class Transcriber(ABC):
         return None
 
 
+class _TailWindow(Exception):
+    """faster-whisper was about to read a short tail after a window as another window."""
+
+
+def _content_frames(features: np.ndarray) -> int:
+    """Mel frames of a window before the zero columns faster-whisper pads it with to 30 s."""
+    filled = np.flatnonzero(np.any(features != 0.0, axis=0))
+    return int(filled[-1]) + 1 if len(filled) else 0
+
+
 def _make_whisper(path: Path, config: AsrConfig) -> Any:
     from faster_whisper import WhisperModel
 
@@ -80,8 +90,16 @@ def _make_whisper(path: Path, config: AsrConfig) -> Any:
 
         frames: int | None = None
         _encoded: tuple[np.ndarray, Any] | None = None  # the last features and their encoding
+        #: While set (by `WhisperTranscriber.transcribe`), a window after the first whose audio
+        #: is shorter than this many frames is not read: `_TailWindow` is raised instead.
+        tail_min_frames: int | None = None
+        windows = 0  # windows encoded since `tail_min_frames` was set
 
         def encode(self, features: np.ndarray) -> Any:
+            if self.tail_min_frames is not None:
+                if self.windows and _content_frames(features) < self.tail_min_frames:
+                    raise _TailWindow
+                self.windows += 1
             if self.frames is not None and features.shape[-1] > self.frames:
                 features = np.ascontiguousarray(features[..., : self.frames])
             # The same audio decoded twice (primed and unprimed, `prime_guard`) is encoded once:
@@ -154,6 +172,8 @@ class WhisperTranscriber(Transcriber):
         model = self._model
         model.frames = self.context_frames(len(audio), fast)
         cfg = self.config
+        tail_frames = round(cfg.tail_window_min_s * _FRAMES_PER_S)
+        model.tail_min_frames, model.windows = (tail_frames or None), 0
         try:
             segments = self._segments(audio, prompt, fast, hotwords)
         except IndexError:
@@ -162,7 +182,10 @@ class WhisperTranscriber(Transcriber):
             # faster-whisper's word alignment can fail on a hypothesis the hotwords steered
             # into an empty segment; the unprimed pass is the fallback.
             log.debug("word alignment failed with hotwords %s; retrying without", hotwords)
+            model.windows = 0
             segments = self._segments(audio, prompt, fast, ())
+        finally:
+            model.tail_min_frames = None
         words: list[Word] = []
         for seg in segments:
             if seg.no_speech_prob > cfg.no_speech_threshold and seg.avg_logprob < (
@@ -253,7 +276,15 @@ class WhisperTranscriber(Transcriber):
             # early instead of decoding hundreds of tokens of it.
             max_new_tokens=int(_MAX_TOKENS_PER_S * len(audio) / AUDIO_SAMPLE_RATE_HZ) + 16,
         )
-        return list(segments)  # decoding runs lazily, while iterating
+        # Decoding runs lazily, while iterating. A window ending in a closed segment makes
+        # faster-whisper read on from its last word as a new window (a whole encoder run): a
+        # tail shorter than `tail_window_min_s` stops it, keeping the windows read before.
+        read: list[Any] = []
+        try:
+            read.extend(segments)
+        except _TailWindow:
+            log.debug("skipped a tail window after %d segments", len(read))
+        return read
 
 
 __all__ = ["Transcriber", "WhisperTranscriber"]
