@@ -10,8 +10,8 @@ Systems (all the same Whisper model, each a real `Stage` fed 20 ms windows):
   utterance after its commits, on a low-priority thread, and revises; on by default, so
   ``--set background_revise=false`` makes ``ours`` tiny.en alone beside it); any of these with
   ``+TAG`` and ``--variant SYSTEM+TAG:FIELD=VALUE`` (repeatable): that system with other
-  `AsrConfig` fields, beside the plain one in the same run (e.g. ``--systems ours,ours+nolb
-  --variant ours+nolb:lookback_in_background=true``);
+  `AsrConfig` fields, beside the plain one in the same run (e.g. ``--systems ours,ours+tail0
+  --variant ours+tail0:tail_window_min_s=0``);
 - ``la2``: whisper_streaming-style LocalAgreement-2: the growing buffer re-transcribed every
   1 s (full window, no VAD), the longest common prefix of two hypotheses committed, the buffer
   trimmed at a committed sentence end past 15 s;

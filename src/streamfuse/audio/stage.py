@@ -503,7 +503,7 @@ class AsrStage(Stage):
             return
         audio, t0 = span
         lookback = t0 < (self._buf_t0 or 0.0)
-        terms = self._pass_terms(t0, until, fast=False)
+        terms = self._pass_terms(t0, until, fast=False, reviser=True)
         mode = self._priming_mode(terms, until, fast=False, lookback=lookback)
         job = Reread(
             audio.copy(), t0, self._prompt(t0), self._revision_scope(start), until, mode, terms
@@ -588,7 +588,7 @@ class AsrStage(Stage):
         audio, t0 = span
         n = len(audio)
         prompt = self._prompt(t0)
-        terms = self._pass_terms(t0, until, fast=fast) if self._primes_stream else []
+        terms = self._pass_terms(t0, until, fast=fast)
         started = time.perf_counter()
         raw, terms = await self._decode(
             audio, prompt, terms, until, fast=fast, lookback=t0 < self._buf_t0
@@ -875,20 +875,20 @@ class AsrStage(Stage):
             return []
         return screen.terms(t, self._transcriber.token_count, cfg.prime_max_terms)
 
-    def _pass_terms(self, t0: float, until: float, *, fast: bool) -> list[str]:
+    def _pass_terms(
+        self, t0: float, until: float, *, fast: bool, reviser: bool = False
+    ) -> list[str]:
         """The slide terms a pass over the audio from media time `t0` to `until` is primed
         with: none for fast passes unless `prime_fast`, none for a lookback pass (re-reading
-        utterances before the buffer) unless `prime_lookback`."""
+        utterances before the buffer) unless `prime_lookback`, none for the stream's own passes
+        (not the `reviser`'s readings) when `prime_stream` is off and a reviser runs."""
         cfg = self.config
         lookback = t0 < (self._buf_t0 or 0.0)
         if (lookback and not cfg.prime_lookback) or (fast and not cfg.prime_fast):
             return []
+        if not (reviser or cfg.prime_stream or self.reader is None):
+            return []
         return self._terms(until)
-
-    @property
-    def _primes_stream(self) -> bool:
-        """Whether the stream's own passes are primed: `prime_stream`, or no reviser to be."""
-        return self.config.prime_stream or self.reader is None
 
     def _guarded(self, *, fast: bool, lookback: bool) -> bool:
         """Whether a primed pass is checked against an unprimed one (`prime_guard`)."""
