@@ -462,6 +462,64 @@ def test_a_revise_window_keeps_the_lookback_start_while_the_speech_after_it_grow
     assert all(t1 - t0 <= 12.0 + 1.0 for t0, t1 in fake.spans)
 
 
+async def _events_and_passes(
+    stage: AsrStage, clip: np.ndarray, fake: ContextMishearingTranscriber
+) -> list[tuple[EventFrame, int]]:
+    """Drive the stage window by window: each event with the number of passes run by then."""
+    await stage.setup()
+    out = []
+    for i in range(0, len(clip) - 320 + 1, 320):
+        frame = AudioFrame(t_media=i / SR, samples=clip[i : i + 320], arrival_wall=1000.0)
+        out += [(o, len(fake.spans)) async for o in stage.process(frame)]
+    out += [(o, len(fake.spans)) async for o in stage.flush()]
+    await stage.teardown()
+    return [(o, n) for o, n in out if isinstance(o, EventFrame)]
+
+
+@pytest.mark.parametrize("mode", ["one pass", "commit first", "async"])
+def test_an_utterance_end_commits_from_the_buffer_before_the_lookback_pass(
+    clip: np.ndarray, mode: str
+) -> None:
+    """The pass over the revision window costs ever more as it grows (up to 28 s of audio),
+    so with `commit_before_lookback` the last words of an utterance are committed from the
+    pause's pass over the buffer alone, and the lookback pass runs after them (`async`: on
+    its own thread, off the commit path): it still revises the earlier utterance's "birds."
+    (heard right only with what followed). With one pass, the utterance's last words wait
+    for the pass that reaches back to the stream's start."""
+    script = _truth_words()
+    fake = ContextMishearingTranscriber(
+        clip, script, "words.", "birds.", lambda w, audio_s: w.t_end + 3.0 > audio_s
+    )
+    config = AsrConfig(
+        **_FAST, context_s=0.0, revise_lookback_s=20.0,
+        commit_before_lookback=mode != "one pass", lookback_async=mode == "async",
+    )  # fmt: skip
+    stage = AsrStage(config, transcriber=fake)
+    events = asyncio.run(_events_and_passes(stage, clip, fake))
+    assert _speech([e for e, _ in events]) == [w for w, _, _ in script]
+    revisions = [e.payload.fields() for e, _ in events if e.type == "asr_revision"]
+    assert [(r["replaced_text"], r["text"]) for r in revisions] == [("birds.", "words.")]
+    assert revisions[0]["model"] is None  # the stream's own model revised it
+    assert (stage.lookback_reader is not None) is (mode == "async")
+    if stage.lookback_reader is not None:
+        assert stage.lookback_reader.passes > 0
+    # Every pass stays within one Whisper window; some reach back to the stream's start.
+    assert all(t1 - t0 <= 28.0 + 1.0 for t0, t1 in fake.spans)
+    assert any(t0 <= 0.5 and t1 > 7.0 for t0, t1 in fake.spans)
+    if mode == "async":
+        return  # its passes run on another thread: their order against the events is free
+    # Past the first utterance: did the pass an utterance end committed from reach back to
+    # the stream's start?
+    ends = [
+        n for e, n in events
+        if e.type == "asr" and e.payload.fields()["rule"] in ("pause", "utterance_end")
+        and e.t_media > 5.0
+    ]  # fmt: skip
+    assert ends
+    reached_back = [fake.spans[n - 1][0] <= 0.5 for n in ends]
+    assert all(reached_back) if mode == "one pass" else not any(reached_back)
+
+
 def test_a_word_cut_where_the_pass_starts_is_not_added_twice() -> None:
     """Seen on a human-read clip: the lookback pass began at an utterance end inside the
     committed "We" (Whisper had stretched it back over the pause) and read it whole; with that

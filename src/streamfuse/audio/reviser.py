@@ -74,6 +74,8 @@ class Reread:
     until: float
     mode: PrimingMode = "plain"
     terms: list[str] = field(default_factory=list)
+    #: Whether the reading is checked for slide terms by scoring (`priming.read_pass`).
+    check: bool = False
 
 
 class BackgroundReader:
@@ -82,15 +84,24 @@ class BackgroundReader:
     primed with (`priming.read_primed`). One reader may serve the
     ASR stages of several streams (one model loaded; their readings queue in turn): each stage
     `attach`es it at setup and `release`s it at teardown; the last release closes it.
-    `transcriber`: a stand-in for the accurate model (tests)."""
+    `transcriber`: a stand-in for the accurate model (tests).
 
-    def __init__(self, config: AsrConfig, transcriber: Transcriber | None = None) -> None:
+    `accurate=False`: the stream's own model (`model`) instead, at normal priority, unshifted:
+    the lookback passes read off the commit path (`AsrConfig.lookback_async`)."""
+
+    def __init__(
+        self, config: AsrConfig, transcriber: Transcriber | None = None, *, accurate: bool = True
+    ) -> None:
         self.config = config
         self._transcriber = transcriber
+        self.accurate = accurate
         #: The model's name, as revision events give it.
-        self.model = Path(config.effort_model).name
+        self.model = Path(config.effort_model if accurate else config.model).name
+        self._shift_s = config.effort_model_shift_s if accurate else 0.0
         self._pool = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="sf-asr-reviser", initializer=_lower_priority
+            max_workers=1,
+            thread_name_prefix="sf-asr-reviser" if accurate else "sf-asr-lookback",
+            initializer=_lower_priority if accurate else None,
         )
         #: Passes run and their wall seconds (benchmarks, stats).
         self.passes = 0
@@ -115,7 +126,8 @@ class BackgroundReader:
         """Load the model on the reviser's thread, so the model's own threads start there and
         inherit its priority (raises `ModelError` when the model is not there)."""
         if self._transcriber is None:
-            self._transcriber = WhisperTranscriber(accurate_config(self.config))
+            cfg = accurate_config(self.config) if self.accurate else self.config
+            self._transcriber = WhisperTranscriber(cfg)
         await asyncio.get_running_loop().run_in_executor(self._pool, self._transcriber.load)
 
     def read(self, job: Reread) -> asyncio.Future[tuple[list[Word], list[str]]]:
@@ -124,19 +136,57 @@ class BackgroundReader:
     def _read(self, job: Reread) -> tuple[list[Word], list[str]]:
         started = time.perf_counter()
         try:
-            cfg = self.config
             words, terms = read_pass(
                 self.transcriber, job.audio, job.prompt, job.mode, job.terms,
-                check=cfg.checks_terms, min_p=cfg.prime_score_min_p,
+                check=job.check, min_p=self.config.prime_score_min_p,
             )  # fmt: skip
         finally:
             self.passes += 1
             self.busy_s += time.perf_counter() - started
         end_s = len(job.audio) / AUDIO_SAMPLE_RATE_HZ
-        return shift_words(words, self.config.effort_model_shift_s, end_s), terms
+        return shift_words(words, self._shift_s, end_s), terms
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-__all__ = ["BackgroundReader", "Reread", "accurate_config", "shift_words"]
+class Readings:
+    """One stage's readings by one reader: at most one running and one waiting (a newer job
+    replaces the waiting one: its audio overlaps the older one's and reaches further)."""
+
+    def __init__(self, reader: BackgroundReader) -> None:
+        self.reader = reader
+        self.running: tuple[Reread, asyncio.Future[tuple[list[Word], list[str]]]] | None = None
+        self._waiting: Reread | None = None
+
+    def submit(self, job: Reread) -> None:
+        if self.running is None:
+            self.running = (job, self.reader.read(job))
+        else:
+            self._waiting = job
+
+    @property
+    def done(self) -> bool:
+        """Whether the running reading has finished."""
+        return self.running is not None and self.running[1].done()
+
+    async def wait(self) -> None:
+        if self.running is not None:
+            await asyncio.wait([self.running[1]])
+
+    def take(self) -> tuple[Reread, tuple[list[Word], list[str]] | None]:
+        """The finished reading's job and result (None: it failed, logged); starts the next."""
+        assert self.running is not None
+        job, future = self.running
+        self.running = None
+        if self._waiting is not None:
+            self.submit(self._waiting)
+            self._waiting = None
+        try:
+            return job, future.result()
+        except Exception:
+            log.exception("background reading of %.2f s by %s failed", job.t0, self.reader.model)
+            return job, None
+
+
+__all__ = ["BackgroundReader", "Readings", "Reread", "accurate_config", "shift_words"]

@@ -23,7 +23,6 @@ window holding the end of its last word, so `latency_ms` = commit time - when th
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 import logging
 import math
@@ -48,7 +47,7 @@ from streamfuse.audio.priming import (
     read_pass,
     relevant,
 )
-from streamfuse.audio.reviser import BackgroundReader, Reread
+from streamfuse.audio.reviser import BackgroundReader, Readings, Reread
 from streamfuse.audio.transcriber import Transcriber, WhisperTranscriber
 from streamfuse.audio.vad import GateEvent, SileroVad, SpeechGate, VadChunk
 from streamfuse.errors import ModelError, StageError
@@ -105,8 +104,10 @@ class AsrStage(Stage):
         self._vad = vad
         #: The background reviser (`AsrConfig.revises_in_background`; made at setup unless given).
         self.reader = reader
-        self._reading: tuple[Reread, asyncio.Future[tuple[list[Word], list[str]]]] | None = None
-        self._next_read: Reread | None = None
+        #: The stream's own model reading the lookback passes off the commit path
+        #: (`lookback_async`, live only; made at setup).
+        self.lookback_reader: BackgroundReader | None = None
+        self._readings: list[Readings] = []  # the readers' readings in flight
         # ids of the words in `_history` the background reader put there: the stream's own
         # model does not revise them again.
         self._accurate: set[int] = set()
@@ -149,6 +150,7 @@ class AsrStage(Stage):
 
     # -- lifecycle ------------------------------------------------------------------------
     async def setup(self) -> None:
+        cfg = self.config
         if self._transcriber is None:
             self._transcriber = WhisperTranscriber(self.config)
         if self._vad is None:
@@ -169,10 +171,20 @@ class AsrStage(Stage):
                 self.reader = None
             else:
                 self.reader.attach()
+                self._readings.append(Readings(self.reader))
+        if cfg.lookback_async and cfg.commit_before_lookback and cfg.effort == 0 and self.live:
+            # Its own copy of the model (one call at a time per model); a stand-in is shared.
+            own = isinstance(self._transcriber, WhisperTranscriber)
+            stand_in = None if own else self._transcriber
+            self.lookback_reader = BackgroundReader(cfg, stand_in, accurate=False)
+            await self.lookback_reader.load()
+            self.lookback_reader.attach()
+            self._readings.append(Readings(self.lookback_reader))
 
     async def teardown(self) -> None:
-        if self.reader is not None:
-            self.reader.release()
+        for reader in (self.reader, self.lookback_reader):
+            if reader is not None:
+                reader.release()
 
     def _effort_ladder(self, whisper: WhisperTranscriber) -> EffortTranscriber:
         """The effort ladder around the stream's Whisper model (`effort`, docs/asr.md). Live, its
@@ -288,16 +300,20 @@ class AsrStage(Stage):
         if partial is not None:
             yield partial
         self._speech_start = None
-        while self._reading is not None:  # the last readings revise what they read
-            async for out in self._await_reading():
-                yield out
+        for readings in self._readings:  # the last readings revise what they read
+            while readings.running is not None:
+                async for out in self._await_reading(readings):
+                    yield out
 
     # -- the policy -----------------------------------------------------------------------
     async def _update(self, *, fast: bool = False, closing: bool = False) -> AsyncIterator[Frame]:
         """Re-transcribe the buffer and commit what the policy allows. `closing`: the pass at
         a pause, which the utterance end reuses (so it hears the lookback too)."""
         end = self._buf_end
-        start = self._lookback_start(end) if closing else None
+        # The pause's pass reaches back over the revision window, unless the utterance end
+        # commits first and runs the lookback pass after (`commit_before_lookback`).
+        lookback = closing and not self.config.commit_before_lookback
+        start = self._lookback_start(end) if lookback else None
         words = await self._transcribe(end, fast=fast, start=start)
         self._last_update_end = self._hyp_end = end
         self._hyp_full = not fast
@@ -347,18 +363,28 @@ class AsrStage(Stage):
         lookback = self._lookback_start(cut)
         start = self._buf_t0 if lookback is None else lookback
         assert start is not None
-        if (
-            self._hyp_full
-            and self._hyp_end >= speech_end + cfg.pause_update_s - 0.05
-            and self._full_start <= start
-        ):
-            # The last hypothesis already saw the speech end and a pause after it: commit it
-            # as is instead of paying for one more inference.
+        # The last full-window hypothesis already saw the speech end and a pause after it.
+        heard_end = self._hyp_full and self._hyp_end >= speech_end + cfg.pause_update_s - 0.05
+        hypothesis: list[Word] | None
+        if heard_end and self._full_start <= start:
+            # ... over all the audio this pass needs: commit it as is, no more inference.
             hypothesis, start = self._full_hyp, self._full_start
+        elif heard_end and cfg.commit_before_lookback:
+            # ... over the buffer only: its words go out now; the lookback pass after revises
+            # them and the utterances before (and adds what it alone heard).
+            committed = self._policy.commit_all(self._full_hyp)
+            if committed:
+                yield self._asr_event(committed, "utterance_end")
+            if self.lookback_reader is None:
+                hypothesis = await self._transcribe(cut, start=lookback)
+            else:  # read off the commit path: it revises when it lands
+                self._submit(self.lookback_reader, start, cut)
+                hypothesis = None
         else:
             hypothesis = await self._transcribe(cut, start=lookback)
-        for out in self._close_utterance(hypothesis, start, rule="utterance_end"):
-            yield out
+        if hypothesis is not None:
+            for out in self._close_utterance(hypothesis, start, rule="utterance_end"):
+                yield out
         async for out in self._reread(start, cut):
             yield out
         partial = self._partial_event([])
@@ -498,62 +524,56 @@ class AsrStage(Stage):
         before the next starts, so the revisions are the same on every run."""
         if self.reader is None:
             return
+        readings = self._readings_of(self.reader)
+        if readings.running is not None and not self.live:
+            async for out in self._await_reading(readings):
+                yield out
+        self._submit(self.reader, start, until)
+
+    def _submit(self, reader: BackgroundReader, start: float, until: float) -> None:
+        """Hand the audio from media time `start` to `until` to `reader`, primed and checked as
+        a pass of its kind would be here."""
         span = self._span(until, start)
         if span is None:
             return
         audio, t0 = span
         lookback = t0 < (self._buf_t0 or 0.0)
-        terms = self._pass_terms(t0, until, fast=False, reviser=True)
+        accurate = reader.accurate
+        terms = self._pass_terms(t0, until, fast=False, reviser=accurate)
         mode = self._priming_mode(terms, until, fast=False, lookback=lookback)
-        job = Reread(
-            audio.copy(), t0, self._prompt(t0), self._revision_scope(start), until, mode, terms
-        )
-        if self._reading is not None and not self.live:
-            async for out in self._await_reading():
-                yield out
-        if self._reading is None:
-            self._start_reading(job)
-        else:
-            self._next_read = job
+        # Only the most accurate reading of an utterance is checked (as `_decode` does).
+        check = self.config.checks_terms and (accurate or self.reader is None)
+        since = self._revision_scope(start)
+        job = Reread(audio.copy(), t0, self._prompt(t0), since, until, mode, terms, check)
+        self._readings_of(reader).submit(job)
 
-    def _start_reading(self, job: Reread) -> None:
-        assert self.reader is not None
-        self._reading = (job, self.reader.read(job))
+    def _readings_of(self, reader: BackgroundReader) -> Readings:
+        return next(r for r in self._readings if r.reader is reader)
 
     def _readings_done(self) -> list[EventFrame]:
-        """The revisions of a reading that has finished (none while it runs); starts the next.
-        Offline none: there each reading lands at the next utterance end (`_reread`), never at
-        whichever frame it happened to finish by, so a file run does not depend on how fast the
-        accurate model read (its revisions change the prompt of every later pass)."""
-        if not self.live or self._reading is None or not self._reading[1].done():
+        """The revisions of readings that have finished (none while they run); starts the
+        next. Offline none: there each reading lands at the next utterance end (`_reread`),
+        never at whichever frame it happened to finish by, so a file run does not depend on how
+        fast the accurate model read (its revisions change the prompt of every later pass)."""
+        if not self.live:
             return []
-        return self._take_reading()
+        return [out for r in self._readings if r.done for out in self._take_reading(r)]
 
-    async def _await_reading(self) -> AsyncIterator[EventFrame]:
-        assert self._reading is not None
-        await asyncio.wait([self._reading[1]])
-        for out in self._take_reading():
+    async def _await_reading(self, readings: Readings) -> AsyncIterator[EventFrame]:
+        await readings.wait()
+        for out in self._take_reading(readings):
             yield out
 
-    def _take_reading(self) -> list[EventFrame]:
-        assert self._reading is not None and self.reader is not None
-        job, future = self._reading
-        self._reading = None
-        if self._next_read is not None:
-            self._start_reading(self._next_read)
-            self._next_read = None
-        try:
-            raw, terms = future.result()
-        except Exception:
-            log.exception(
-                "%s: background reading of %.2f-%.2f s failed", self.name, job.t0, job.until
-            )
+    def _take_reading(self, readings: Readings) -> list[EventFrame]:
+        job, result = readings.take()
+        if result is None:
             return []
+        raw, terms = result
         span_s = len(job.audio) / AUDIO_SAMPLE_RATE_HZ
         words = self._cleaned(raw, job.t0, span_s, terms)
-        return self._revisions(
-            words, job.t0, since=job.since, until=job.until, model=self.reader.model
-        )
+        reader = readings.reader
+        model = reader.model if reader.accurate else None  # None: the stream's own model
+        return self._revisions(words, job.t0, since=job.since, until=job.until, model=model)
 
     async def _maybe_trim(self) -> AsyncIterator[Frame]:
         """Keep the buffer short: cut at a committed sentence end, or force a cut at the limit."""
