@@ -291,20 +291,23 @@ class AsrConfig(BaseModel):
         "(the behaviour before 2026-12-03, night: lookback 20 s, window 0; docs/asr.md).",
     )
     commit_before_lookback: bool = Field(
-        True,
+        False,
         description="With a lookback: at a pause, the pass that commits the utterance's last "
         "words reads the buffer only (one 30 s window over the utterance and its context); "
         "the lookback pass over the revision window runs after the commit and revises. Off: "
         "one pass over the whole revision window commits and revises, so the last words of "
         "every utterance wait for it (its cost grows with the window: ~1.9 s for 22 s of "
-        "audio on one AVX2 core, against ~0.4 s for the buffer; docs/asr.md).",
+        "audio on one AVX2 core, against ~0.4 s for the buffer). Off by default: live the "
+        "utterance-end words went out sooner, but word latency overall did not move beyond "
+        "the run-to-run spread and tiny.en worked 18% more (docs/asr.md).",
     )
     lookback_async: bool = Field(
         False,
         description="Live, with `commit_before_lookback`: the lookback pass runs on a second "
         "copy of the stream's model on its own thread, off the commit path, and revises when "
         "it lands (as the background reviser does), so the next utterance's passes never wait "
-        "for it. Offline it runs in turn (the same revisions on every run).",
+        "for it. Offline it runs in turn (the same revisions on every run). Off by default: "
+        "one live run, not shown faster than the default (docs/asr.md).",
     )
     revise_confidence: bool = Field(
         False,

@@ -308,7 +308,8 @@ class AsrStage(Stage):
     # -- the policy -----------------------------------------------------------------------
     async def _update(self, *, fast: bool = False, closing: bool = False) -> AsyncIterator[Frame]:
         """Re-transcribe the buffer and commit what the policy allows. `closing`: the pass at
-        a pause, which the utterance end reuses (so it hears the lookback too)."""
+        a pause, which the utterance end reuses (so it reads the lookback too, unless
+        `commit_before_lookback`)."""
         end = self._buf_end
         # The pause's pass reaches back over the revision window, unless the utterance end
         # commits first and runs the lookback pass after (`commit_before_lookback`).
