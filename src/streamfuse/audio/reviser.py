@@ -6,6 +6,10 @@ with `effort_model` (Whisper base) at `effort_beam` on one thread of the lowest 
 stage compares that reading with what was committed and emits `asr_revision` events where they
 differ. So base's accuracy arrives when a core is free for it, and first commits never wait for
 it (the effort ladder's rung 2 runs base inline, in the commit path: docs/asr.md).
+
+The same reader, with the stream's own model at normal priority (`accurate=False`), takes the
+stream's lookback passes off the commit path when `lookback_async` is on; `Readings` holds one
+stage's readings in flight for either.
 """
 
 from __future__ import annotations
