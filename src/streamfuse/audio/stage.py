@@ -172,7 +172,8 @@ class AsrStage(Stage):
             else:
                 self.reader.attach()
                 self._readings.append(Readings(self.reader))
-        if cfg.lookback_async and cfg.commit_before_lookback and cfg.effort == 0 and self.live:
+        lookback = cfg.revise and cfg.revise_lookback_s > 0 and cfg.commit_before_lookback
+        if lookback and cfg.lookback_async and cfg.effort == 0 and self.live:
             # Its own copy of the model (one call at a time per model); a stand-in is shared.
             own = isinstance(self._transcriber, WhisperTranscriber)
             stand_in = None if own else self._transcriber
