@@ -107,7 +107,9 @@ class AsrStage(Stage):
         #: The stream's own model reading the lookback passes off the commit path
         #: (`lookback_async`, live only; made at setup).
         self.lookback_reader: BackgroundReader | None = None
-        self._readings: list[Readings] = []  # the readers' readings in flight
+        # The readings in flight of the reviser and of the lookback reader (made at setup).
+        self._rereads: Readings | None = None
+        self._lookbacks: Readings | None = None
         # ids of the words in `_history` the background reader put there: the stream's own
         # model does not revise them again.
         self._accurate: set[int] = set()
@@ -171,7 +173,7 @@ class AsrStage(Stage):
                 self.reader = None
             else:
                 self.reader.attach()
-                self._readings.append(Readings(self.reader))
+                self._rereads = Readings(self.reader)
         lookback = cfg.revise and cfg.revise_lookback_s > 0 and cfg.commit_before_lookback
         if lookback and cfg.lookback_async and cfg.effort == 0 and self.live:
             # Its own copy of the model (one call at a time per model); a stand-in is shared.
@@ -180,7 +182,7 @@ class AsrStage(Stage):
             self.lookback_reader = BackgroundReader(cfg, stand_in, accurate=False)
             await self.lookback_reader.load()
             self.lookback_reader.attach()
-            self._readings.append(Readings(self.lookback_reader))
+            self._lookbacks = Readings(self.lookback_reader)
 
     async def teardown(self) -> None:
         for reader in (self.reader, self.lookback_reader):
@@ -377,10 +379,10 @@ class AsrStage(Stage):
             committed = self._policy.commit_all(self._full_hyp)
             if committed:
                 yield self._asr_event(committed, "utterance_end")
-            if self.lookback_reader is None:
+            if self._lookbacks is None:
                 hypothesis = await self._transcribe(cut, start=lookback)
             else:  # read off the commit path: it revises when it lands
-                self._submit(self.lookback_reader, start, cut)
+                self._submit(self._lookbacks, start, cut)
                 hypothesis = None
         else:
             hypothesis = await self._transcribe(cut, start=lookback)
@@ -524,33 +526,34 @@ class AsrStage(Stage):
         words are committed: hand that audio to the background reader. One reading at a time;
         live, a newer one replaces a waiting one. Offline (not paced) each reading is awaited
         before the next starts, so the revisions are the same on every run."""
-        if self.reader is None:
+        readings = self._rereads
+        if readings is None:
             return
-        readings = self._readings_of(self.reader)
         if readings.running is not None and not self.live:
             async for out in self._await_reading(readings):
                 yield out
-        self._submit(self.reader, start, until)
+        self._submit(readings, start, until)
 
-    def _submit(self, reader: BackgroundReader, start: float, until: float) -> None:
-        """Hand the audio from media time `start` to `until` to `reader`, primed and checked as
-        a pass of its kind would be here."""
+    def _submit(self, readings: Readings, start: float, until: float) -> None:
+        """Hand the audio from media time `start` to `until` to the reader of `readings`,
+        primed and checked as a pass of its kind would be here."""
         span = self._span(until, start)
         if span is None:
             return
         audio, t0 = span
         lookback = t0 < (self._buf_t0 or 0.0)
-        accurate = reader.accurate
+        accurate = readings.reader.accurate
         terms = self._pass_terms(t0, until, fast=False, reviser=accurate)
         mode = self._priming_mode(terms, until, fast=False, lookback=lookback)
         # Only the most accurate reading of an utterance is checked (as `_decode` does).
         check = self.config.checks_terms and (accurate or self.reader is None)
         since = self._revision_scope(start)
         job = Reread(audio.copy(), t0, self._prompt(t0), since, until, mode, terms, check)
-        self._readings_of(reader).submit(job)
+        readings.submit(job)
 
-    def _readings_of(self, reader: BackgroundReader) -> Readings:
-        return next(r for r in self._readings if r.reader is reader)
+    @property
+    def _readings(self) -> tuple[Readings, ...]:
+        return tuple(r for r in (self._rereads, self._lookbacks) if r is not None)
 
     def _readings_done(self) -> list[EventFrame]:
         """The revisions of readings that have finished (none while they run); starts the
