@@ -78,7 +78,9 @@ class ScriptedTranscriber(Transcriber):
         self.fast.append(fast)
         t0 = self._offset(audio)
         t1 = t0 + len(audio) / SR
-        jitter = 0.03 if self.calls % 2 else -0.03
+        # Successive passes over a growing buffer time words slightly differently; keyed on the
+        # buffer (not the call count) so passes on two threads (`lookback_async`) stay the same.
+        jitter = 0.03 if (len(audio) // 320) % 2 else -0.03
         out = []
         for w, a, b in self.script:
             if b <= t1 and a >= t0 - 0.05:
@@ -769,7 +771,7 @@ def test_the_background_reader_revises_what_the_stream_model_never_gets_right(
     The stream's model is unsure of it (p 0.4; the reader 0.9): `background_confidence` lets
     the surer reading win."""
     script = _truth_words()
-    config = AsrConfig(**_FAST)
+    config = AsrConfig(**_FAST, effort_model_shift_s=0.0)  # the scripts share one clock
 
     def run(reader: BackgroundReader | None) -> list[EventFrame]:
         stream_model = AlwaysMishearingTranscriber(clip, script, "engine", "engines", 0.4)
@@ -862,7 +864,7 @@ def test_the_background_reader_leaves_a_surer_commit_alone(
     """With `background_confidence` the reader does not replace a word the stream's model was
     surer of (p 0.95 against its 0.9); without it, its reading always wins."""
     script = _truth_words()
-    config = AsrConfig(**_FAST, background_confidence=confidence)
+    config = AsrConfig(**_FAST, background_confidence=confidence, effort_model_shift_s=0.0)
     stream_model = AlwaysMishearingTranscriber(clip, script, "engine", "engines", 0.95)
     reader = BackgroundReader(config, transcriber=ScriptedTranscriber(clip, script))
     events, _ = asyncio.run(_run(AsrStage(config, transcriber=stream_model, reader=reader), clip))

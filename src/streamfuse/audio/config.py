@@ -291,25 +291,26 @@ class AsrConfig(BaseModel):
         "(the behaviour before 2026-12-03, night: lookback 20 s, window 0; docs/asr.md).",
     )
     commit_before_lookback: bool = Field(
-        False,
+        True,
         description="With a lookback: at a pause, the pass that commits the utterance's last "
         "words reads the buffer only (one 30 s window over the utterance and its context); "
         "the lookback pass over the revision window runs after the commit and revises. Off: "
         "one pass over the whole revision window commits and revises, so the last words of "
         "every utterance wait for it (its cost grows with the window: ~1.9 s for 22 s of "
-        "audio on one AVX2 core, against ~0.4 s for the buffer). Off by default: live the "
-        "utterance-end words went out sooner, but word latency overall did not move beyond "
-        "the run-to-run spread and tiny.en worked 18% more (docs/asr.md).",
+        "audio on one AVX2 core, against ~0.4 s for the buffer). On by default since "
+        "2026-12-07 with `lookback_async`; alone (the lookback in turn) it did not move word "
+        "latency beyond the run-to-run spread and tiny.en worked 18% more (docs/asr.md).",
     )
     lookback_async: bool = Field(
-        False,
+        True,
         description="Live, with `commit_before_lookback`: the lookback pass runs on a second "
         "copy of the stream's model on its own thread, off the commit path, and revises when "
         "it lands (as the background reviser does), so the next utterance's passes never wait "
-        "for it. Offline it runs in turn (the same revisions on every run). Off by default for "
-        "now: in three live runs on an AVX2 CPU it brought the held-out set's word latency "
-        "within 1.5 / 3.0 s (p50 / p95) where the default is just over, but it loads a second "
-        "model per stream and is not yet checked on other CPUs (docs/asr.md).",
+        "for it. Offline it runs in turn (the same revisions on every run). On by default "
+        "since 2026-12-07: in live runs on an AVX2 CPU it brought the held-out set's word "
+        "latency within 1.5 / 3.0 s (p50 / p95) where the pass in turn was just over; it "
+        "loads a second copy of the model per stream (tiny.en int8: +58 MB resident; "
+        "docs/asr.md).",
     )
     revise_confidence: bool = Field(
         False,

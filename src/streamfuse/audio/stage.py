@@ -144,7 +144,8 @@ class AsrStage(Stage):
         self._full_start = 0.0  # ... and the media time its audio started at
         self._last_partial = ""
         #: Work counters (benchmarks, stats): inferences run, seconds spent, audio received,
-        #: primed decodes run (slide priming; a guarded pass may skip its primed decode).
+        #: primed decodes the stream's model runs (slide priming; a guarded pass may skip its
+        #: primed decode; the lookback reader's passes count, the reviser's do not).
         self.inferences = 0
         self.primed_decodes = 0
         self.inference_s = 0.0
@@ -577,6 +578,8 @@ class AsrStage(Stage):
         span_s = len(job.audio) / AUDIO_SAMPLE_RATE_HZ
         words = self._cleaned(raw, job.t0, span_s, terms)
         reader = readings.reader
+        if job.mode != "plain" and not reader.accurate:
+            self.primed_decodes += 1  # the stream's own model's pass, read off the commit path
         model = reader.model if reader.accurate else None  # None: the stream's own model
         return self._revisions(words, job.t0, since=job.since, until=job.until, model=model)
 
