@@ -957,3 +957,60 @@ def test_a_missing_accurate_model_leaves_the_stream_running(
     assert stage.reader is None
     assert "no background reviser" in caplog.text and "/no/such/whisper-base" in caplog.text
     assert _speech(events) == [w for w, _, _ in script]
+
+
+class LoopingTranscriber(ScriptedTranscriber):
+    """Reads as scripted, and where a pass's audio ends inside the second utterance, Whisper's
+    decoder loop follows its words (noise sets it off): a phrase read again and again, the
+    words crowded at the audio's end (no sound under them), unsure."""
+
+    LOOP = "I'm going to be on the beach, and " * 3
+
+    def transcribe(self, audio: np.ndarray, prompt: str = "", **kwargs: object) -> list[Word]:
+        words = super().transcribe(audio, prompt, **kwargs)  # type: ignore[arg-type]
+        end = self._offset(audio) + len(audio) / SR
+        if not 5.0 < end < 8.0:
+            return words
+        t = len(audio) / SR
+        return words + [Word(" " + w, t, t, 0.2) for w in self.LOOP.split()]
+
+
+@pytest.mark.parametrize("loop_ngram", [4, 0])
+def test_a_repetition_loop_is_never_committed(clip: np.ndarray, loop_ngram: int) -> None:
+    """Passes that end in a decoder loop are cut where the loop starts: no word of it is
+    committed, and every spoken word still is. With the cut off (0) the loop's words are
+    committed, some by the age rule long after the time the model gave them."""
+    script = _truth_words()
+    fake = LoopingTranscriber(clip, script)
+    config = AsrConfig(**_FAST, loop_ngram=loop_ngram, background_revise=False)
+    events, _ = asyncio.run(_run(AsrStage(config, transcriber=fake), clip))
+    first = [w["word"] for e in events if e.type == "asr" for w in e.payload.fields()["words"]]
+    if loop_ngram:
+        assert "beach," not in first
+        assert _speech(events) == [w for w, _, _ in script]
+    else:
+        assert "beach," in first
+
+
+def test_a_phrase_said_twice_is_not_a_loop() -> None:
+    """Speech repeats itself (twice within a sentence, or a word said over): kept whole."""
+    from streamfuse.audio.stage import _cut_repetition_loop
+
+    def words(text: str) -> list[Word]:
+        return [Word(" " + w, i * 0.3, i * 0.3 + 0.25, 0.9) for i, w in enumerate(text.split())]
+
+    dickens = words(
+        "It was the best of times, it was the worst of times, it was the age of wisdom, "
+        "it was the age of foolishness, it was the epoch of belief"
+    )
+    assert _cut_repetition_loop(dickens, 4) == dickens
+    stutter = words("we we we we need this")
+    assert _cut_repetition_loop(stutter, 4) == stutter
+    loop = words("the spectral theorem says thank you thank you thank you thank you")
+    assert [w.word for w in _cut_repetition_loop(loop, 4)] == [
+        " the",
+        " spectral",
+        " theorem",
+        " says",
+    ]
+    assert _cut_repetition_loop(loop, 0) == loop

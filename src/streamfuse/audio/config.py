@@ -253,6 +253,16 @@ class AsrConfig(BaseModel):
         description="A word after a sentence end in the last 1.5 s of the buffer with a "
         "probability below this starts a tail hallucination and is cut (0 disables).",
     )
+    loop_ngram: int = Field(
+        4,
+        ge=0,
+        le=12,
+        description="A pass's words are cut from where a phrase of this many words starts "
+        "that recurs three times within 32 words: Whisper's decoder loop, which noise sets "
+        "off (tiny.en under babble: 'I'm going to be on the beach, and I'm going to be on the "
+        "beach, and ...'); the compression-ratio check misses it when the loop is only part of "
+        "a segment. 0 disables.",
+    )
     emit_partials: bool = Field(True, description="Emit `asr_partial` events.")
     revise: bool = Field(
         True,

@@ -652,10 +652,11 @@ class AsrStage(Stage):
 
     def _cleaned(self, raw: list[Word], t0: float, span_s: float, terms: list[str]) -> list[Word]:
         """A pass's `raw` words (times from its audio's start, media time `t0`, `span_s` long)
-        in media time, without the tail hallucination, recited or unspoken terms and
-        low-probability words in silence."""
+        in media time, without the tail hallucination, a repetition loop, recited or unspoken
+        terms and low-probability words in silence."""
         end = t0 + span_s
         raw = _drop_trailing_hallucination(raw, span_s, self.config.trailing_word_min_p)
+        raw = _cut_repetition_loop(raw, self.config.loop_ngram)
         raw = drop_recited(raw, terms)
         words = []
         for w in raw:
@@ -999,6 +1000,27 @@ def _drop_trailing_hallucination(words: list[Word], audio_s: float, min_p: float
             and words[i].p < min_p
             and words[i].t_start >= audio_s - _TAIL_S
         ):
+            return words[:i]
+    return words
+
+
+#: A repetition loop: one `loop_ngram` words long phrase read this often within this many words.
+_LOOP_REPEATS, _LOOP_SPAN = 3, 32
+
+
+def _cut_repetition_loop(words: list[Word], n: int) -> list[Word]:
+    """Cut Whisper's decoder loop ("I'm going to be on the beach, and I'm going to be on the
+    beach, and I'm going to be on the ..."), which noise (babble) sets off: from the first
+    place where a phrase of `n` words (by key) starts that recurs `_LOOP_REPEATS` times within
+    `_LOOP_SPAN` words (overlapping: "sure sure sure sure sure sure" is one with n=4). Speech
+    says a four-word phrase twice ("it was the age of wisdom, it was the age of
+    foolishness"), seldom three times in half a minute. 0 disables."""
+    keys = [w.key for w in words]
+    for i in range(len(keys) - n + 1 if n > 0 else 0):
+        phrase = keys[i : i + n]
+        last = min(len(keys) - n, i + _LOOP_SPAN - n)
+        if sum(keys[j : j + n] == phrase for j in range(i, last + 1)) >= _LOOP_REPEATS:
+            log.debug("cut a repetition loop of %r at %.2f s", " ".join(phrase), words[i].t_start)
             return words[:i]
     return words
 
