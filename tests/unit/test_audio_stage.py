@@ -478,17 +478,21 @@ async def _events_and_passes(
     return [(o, n) for o, n in out if isinstance(o, EventFrame)]
 
 
+@pytest.mark.parametrize("ending", ["pause", "stream end"])
 @pytest.mark.parametrize("mode", ["one pass", "commit first", "async"])
 def test_an_utterance_end_commits_from_the_buffer_before_the_lookback_pass(
-    clip: np.ndarray, mode: str
+    clip: np.ndarray, mode: str, ending: str
 ) -> None:
     """The pass over the revision window costs ever more as it grows (up to 28 s of audio),
     so with `commit_before_lookback` the last words of an utterance are committed from the
     pause's pass over the buffer alone, and the lookback pass runs after them (`async`: on
     its own thread, off the commit path): it still revises the earlier utterance's "birds."
     (heard right only with what followed). With one pass, the utterance's last words wait
-    for the pass that reaches back to the stream's start."""
+    for the pass that reaches back to the stream's start. The same where the stream ends
+    inside speech (`stream end`: the clip cut in its last sentence)."""
     script = _truth_words()
+    if ending == "stream end":
+        clip = clip[: int(11.0 * SR)]
     fake = ContextMishearingTranscriber(
         clip, script, "words.", "birds.", lambda w, audio_s: w.t_end + 3.0 > audio_s
     )
@@ -498,7 +502,8 @@ def test_an_utterance_end_commits_from_the_buffer_before_the_lookback_pass(
     )  # fmt: skip
     stage = AsrStage(config, transcriber=fake)
     events = asyncio.run(_events_and_passes(stage, clip, fake))
-    assert _speech([e for e, _ in events]) == [w for w, _, _ in script]
+    if ending == "pause":
+        assert _speech([e for e, _ in events]) == [w for w, _, _ in script]
     revisions = [e.payload.fields() for e, _ in events if e.type == "asr_revision"]
     assert [(r["replaced_text"], r["text"]) for r in revisions] == [("birds.", "words.")]
     assert revisions[0]["model"] is None  # the stream's own model revised it
@@ -512,10 +517,10 @@ def test_an_utterance_end_commits_from_the_buffer_before_the_lookback_pass(
         return  # its passes run on another thread: their order against the events is free
     # Past the first utterance: did the pass an utterance end committed from reach back to
     # the stream's start?
+    rules = ("pause", "utterance_end") if ending == "pause" else ("stream_end",)
     ends = [
         n for e, n in events
-        if e.type == "asr" and e.payload.fields()["rule"] in ("pause", "utterance_end")
-        and e.t_media > 5.0
+        if e.type == "asr" and e.payload.fields()["rule"] in rules and e.t_media > 5.0
     ]  # fmt: skip
     assert ends
     reached_back = [fake.spans[n - 1][0] <= 0.5 for n in ends]

@@ -289,12 +289,11 @@ class AsrStage(Stage):
         if self._buf_t0 is None:
             return
         if self._speech_start is not None and self._n > 0:
-            start = self._lookback_start(self._buf_end)
-            words = await self._transcribe(self._buf_end, start=start)
-            start = self._buf_t0 if start is None else start
-            for out in self._close_utterance(words, start, rule="stream_end"):
+            end, lookback = self._buf_end, self._lookback_start(self._buf_end)
+            async for out in self._read_and_close(end, lookback, "stream_end"):
                 yield out
-            async for out in self._reread(start, self._buf_end):
+            start = self._buf_t0 if lookback is None else lookback
+            async for out in self._reread(start, end):
                 yield out
         else:
             committed = self._policy.commit_all()
@@ -380,13 +379,11 @@ class AsrStage(Stage):
             committed = self._policy.commit_all(self._full_hyp)
             if committed:
                 yield self._asr_event(committed, "utterance_end")
-            if self._lookbacks is None:
-                hypothesis = await self._transcribe(cut, start=lookback)
-            else:  # read off the commit path: it revises when it lands
-                self._submit(self._lookbacks, start, cut)
-                hypothesis = None
+            hypothesis = await self._read_back(start, cut)
         else:
-            hypothesis = await self._transcribe(cut, start=lookback)
+            hypothesis = None
+            async for out in self._read_and_close(cut, lookback, "utterance_end"):
+                yield out
         if hypothesis is not None:
             for out in self._close_utterance(hypothesis, start, rule="utterance_end"):
                 yield out
@@ -404,6 +401,34 @@ class AsrStage(Stage):
         self._hyp_full = False
         self._full_hyp = []
         self._utterance_from = self._policy.committed_end
+
+    async def _read_and_close(
+        self, until: float, lookback: float | None, rule: AsrCommitRule
+    ) -> AsyncIterator[EventFrame]:
+        """Read the buffer up to media time `until` and close the utterance with what it
+        hears. With a `lookback` start the pass reaches back to it, unless the buffer's words
+        go out first and the lookback pass follows (`commit_before_lookback`)."""
+        assert self._buf_t0 is not None
+        if lookback is not None and self.config.commit_before_lookback:
+            words = await self._transcribe(until)
+            for out in self._close_utterance(words, self._buf_t0, rule=rule):
+                yield out
+            hypothesis = await self._read_back(lookback, until)
+        else:
+            hypothesis = await self._transcribe(until, start=lookback)
+        if hypothesis is not None:
+            start = self._buf_t0 if lookback is None else lookback
+            for out in self._close_utterance(hypothesis, start, rule=rule):
+                yield out
+
+    async def _read_back(self, start: float, until: float) -> list[Word] | None:
+        """The lookback pass after the commit (`commit_before_lookback`) over the audio from
+        media time `start` to `until`: its words, or None where it is read off the commit path
+        (`lookback_async`) and revises when it lands."""
+        if self._lookbacks is None:
+            return await self._transcribe(until, start=start)
+        self._submit(self._lookbacks, start, until)
+        return None
 
     def _close_utterance(
         self, hypothesis: list[Word], start: float, *, rule: AsrCommitRule
