@@ -324,6 +324,11 @@ class MishearingTranscriber(ScriptedTranscriber):
         ]
 
 
+def _first_commits(events: list[EventFrame]) -> list[str]:
+    """The words of the `asr` events, as first committed (before any revision)."""
+    return [w["word"] for e in events if e.type == "asr" for w in e.payload.fields()["words"]]
+
+
 def _speech(events: list[EventFrame]) -> list[str]:
     from streamfuse.events import EventRecord, speech_words
 
@@ -344,7 +349,7 @@ def test_the_utterance_end_pass_revises_a_misheard_committed_word(clip: np.ndarr
     script = _truth_words()
     fake = MishearingTranscriber(clip, script, "engine", "engines")
     events, _ = asyncio.run(_run(AsrStage(AsrConfig(**_FAST), transcriber=fake), clip))
-    first = [w["word"] for e in events if e.type == "asr" for w in e.payload.fields()["words"]]
+    first = _first_commits(events)
     assert "engines" in first  # committed before the utterance ended
     revisions = [e for e in events if e.type == "asr_revision"]
     assert len(revisions) == 1
@@ -795,7 +800,7 @@ def test_the_background_reader_revises_what_the_stream_model_never_gets_right(
     ]
     # It read each utterance end's audio: the whole clip's speech, every utterance once or more.
     assert accurate.calls >= 3
-    first = [w["word"] for e in events if e.type == "asr" for w in e.payload.fields()["words"]]
+    first = _first_commits(events)
     assert "engines" in first  # the first commits are the stream model's, not waiting for it
 
 
@@ -989,7 +994,7 @@ def test_a_repetition_loop_is_never_committed(clip: np.ndarray, loop_ngram: int)
     fake = LoopingTranscriber(clip, script)
     config = AsrConfig(**_FAST, loop_ngram=loop_ngram, background_revise=False)
     events, _ = asyncio.run(_run(AsrStage(config, transcriber=fake), clip))
-    first = [w["word"] for e in events if e.type == "asr" for w in e.payload.fields()["words"]]
+    first = _first_commits(events)
     if loop_ngram:
         assert "beach," not in first
         assert _speech(events) == [w for w, _, _ in script]

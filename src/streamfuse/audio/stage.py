@@ -369,23 +369,14 @@ class AsrStage(Stage):
         assert start is not None
         # The last full-window hypothesis already saw the speech end and a pause after it.
         heard_end = self._hyp_full and self._hyp_end >= speech_end + cfg.pause_update_s - 0.05
-        hypothesis: list[Word] | None
         if heard_end and self._full_start <= start:
             # ... over all the audio this pass needs: commit it as is, no more inference.
-            hypothesis, start = self._full_hyp, self._full_start
-        elif heard_end and cfg.commit_before_lookback:
-            # ... over the buffer only: its words go out now; the lookback pass after revises
-            # them and the utterances before (and adds what it alone heard).
-            committed = self._policy.commit_all(self._full_hyp)
-            if committed:
-                yield self._asr_event(committed, "utterance_end")
-            hypothesis = await self._read_back(start, cut)
-        else:
-            hypothesis = None
-            async for out in self._read_and_close(cut, lookback, "utterance_end"):
+            start = self._full_start
+            for out in self._close_utterance(self._full_hyp, start, rule="utterance_end"):
                 yield out
-        if hypothesis is not None:
-            for out in self._close_utterance(hypothesis, start, rule="utterance_end"):
+        else:  # (over the buffer only, `commit_before_lookback`: its words go out first)
+            heard = self._full_hyp if heard_end else None
+            async for out in self._read_and_close(cut, lookback, "utterance_end", heard=heard):
                 yield out
         async for out in self._reread(start, cut):
             yield out
@@ -403,14 +394,20 @@ class AsrStage(Stage):
         self._utterance_from = self._policy.committed_end
 
     async def _read_and_close(
-        self, until: float, lookback: float | None, rule: AsrCommitRule
+        self,
+        until: float,
+        lookback: float | None,
+        rule: AsrCommitRule,
+        *,
+        heard: list[Word] | None = None,
     ) -> AsyncIterator[EventFrame]:
         """Read the buffer up to media time `until` and close the utterance with what it
         hears. With a `lookback` start the pass reaches back to it, unless the buffer's words
-        go out first and the lookback pass follows (`commit_before_lookback`)."""
+        go out first and the lookback pass follows (`commit_before_lookback`; `heard`: the
+        buffer's full-window words already read, used instead of reading it again)."""
         assert self._buf_t0 is not None
         if lookback is not None and self.config.commit_before_lookback:
-            words = await self._transcribe(until)
+            words = heard if heard is not None else await self._transcribe(until)
             for out in self._close_utterance(words, self._buf_t0, rule=rule):
                 yield out
             hypothesis = await self._read_back(lookback, until)
@@ -1040,11 +1037,12 @@ def _cut_repetition_loop(words: list[Word], n: int) -> list[Word]:
     `_LOOP_SPAN` words (overlapping: "sure sure sure sure sure sure" is one with n=4). Speech
     says a four-word phrase twice ("it was the age of wisdom, it was the age of
     foolishness"), seldom three times in half a minute. 0 disables."""
+    if n <= 0:
+        return words
     keys = [w.key for w in words]
-    for i in range(len(keys) - n + 1 if n > 0 else 0):
-        phrase = keys[i : i + n]
-        last = min(len(keys) - n, i + _LOOP_SPAN - n)
-        if sum(keys[j : j + n] == phrase for j in range(i, last + 1)) >= _LOOP_REPEATS:
+    phrases = [tuple(keys[i : i + n]) for i in range(len(keys) - n + 1)]
+    for i, phrase in enumerate(phrases):
+        if phrases[i : i + _LOOP_SPAN - n + 1].count(phrase) >= _LOOP_REPEATS:
             log.debug("cut a repetition loop of %r at %.2f s", " ".join(phrase), words[i].t_start)
             return words[:i]
     return words
