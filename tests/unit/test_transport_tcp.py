@@ -11,6 +11,7 @@ import socket
 
 import pytest
 
+from streamfuse.testing.live import free_port
 from streamfuse.transport.config import TransportConfig
 from streamfuse.transport.tcp import DualReceiver, TcpReceiver, TcpSender, open_link
 from streamfuse.transport.udp import UdpSender
@@ -56,25 +57,13 @@ def test_messages_cross_tcp_intact_in_order_and_a_damaged_packet_is_skipped() ->
     assert e.srtt_s is not None and e.bandwidth_bps is not None and e.queued_bytes == 0
 
 
-def _free_port() -> int:
-    """A port free for both UDP and TCP on loopback right now."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as t:
-            t.bind(("127.0.0.1", 0))
-            port = int(t.getsockname()[1])
-            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as u:
-                try:
-                    u.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-                return port
-
-
 def test_an_edge_falls_back_to_tcp_when_udp_goes_unanswered() -> None:
     async def run() -> tuple[object, bytes]:
         config = TransportConfig(udp_timeout_s=0.5)
         # Only TCP listens on the port: UDP to it is "blocked" (nothing answers).
-        rx = await TcpReceiver.listen("127.0.0.1", _free_port(), config)
+        rx = await TcpReceiver.listen(
+            "127.0.0.1", free_port(socket.SOCK_STREAM, socket.SOCK_DGRAM), config
+        )
         sender, _seq = await open_link(*rx.address, config, HELLO, b'{"op": "open"}')
         first = await anext(rx.messages())
         await sender.close()

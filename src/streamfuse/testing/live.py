@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import re
 import signal
 import socket
@@ -29,12 +30,37 @@ import av
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 
 
-def free_port(kind: socket.SocketKind = socket.SOCK_STREAM, host: str = "127.0.0.1") -> int:
-    """A port free on `host` right now (TCP by default, `socket.SOCK_DGRAM` for UDP; another
-    process may take it before it is bound)."""
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for ports it hands out itself (`bind(0)`, outgoing connections)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
+def free_port(*kinds: socket.SocketKind, host: str = "127.0.0.1") -> int:
+    """A port free on `host` right now for every socket kind given (TCP when none;
+    `socket.SOCK_DGRAM` for UDP; both for a transport that falls back from one to the other).
+
+    The port is drawn at random from below the kernel's ephemeral range: a port the kernel hands
+    out itself (bound to 0, then closed) can be taken again by any outgoing connection (a scrape,
+    an HTTP poll) before the server under test binds it, which is how a run started many seconds
+    later once failed with "Address already in use". Another process may still bind it first.
+    """
+    kinds = kinds or (socket.SOCK_STREAM,)
+    low = max(1024, _ephemeral_range()[0] - 12000)
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(low, low + 12000)
+        try:
+            for kind in kinds:
+                with socket.socket(socket.AF_INET, kind) as s:
+                    s.bind((host, port))
+        except OSError:
+            continue
+        return port
+    raise OSError(f"no free port on {host} between {low} and {low + 12000}")
 
 
 class _Handler(SimpleHTTPRequestHandler):
@@ -160,8 +186,11 @@ class RtspServer:
             raise FileNotFoundError(
                 f"{self.PROGRAM} not installed (apt-get install {self.PROGRAM})"
             )
-        self.client_port, self.source_port = free_port(), free_port()
-        rtp = free_port(socket.SOCK_DGRAM)
+        ports: list[int] = []
+        while len(ports) < 3:  # drawn at random: two draws can meet
+            port = free_port() if len(ports) < 2 else free_port(socket.SOCK_DGRAM)
+            ports += [] if port in ports else [port]
+        self.client_port, self.source_port, rtp = ports
         cmd = [program, "--clientport", str(self.client_port), "--serverport"]
         cmd += [str(self.source_port), "--client_listen_address", "127.0.0.1"]
         cmd += ["--source_listen_address", "127.0.0.1", "--rtp_start_port", str(rtp)]
