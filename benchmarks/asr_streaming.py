@@ -687,6 +687,9 @@ def main(argv: list[str] | None = None) -> int:
             effort = getattr(stage, "effort", None)
             if effort is not None:  # full-window passes per effort rung (`effort`, docs/asr.md)
                 row["effort_passes"] = list(effort.passes)
+            for key in ("reader", "lookback_reader"):  # background readings run / replaced unread
+                if (bg := getattr(stage, key, None)) is not None:
+                    row[f"{key}_passes"], row[f"{key}_replaced"] = bg.passes, bg.replaced
             q = percentiles(res.latencies_first_s or [0.0])
             qf = percentiles(res.latencies_s or [0.0])
             print(
@@ -698,8 +701,14 @@ def main(argv: list[str] | None = None) -> int:
                 + (f"  effort passes {effort.passes}" if effort is not None else "")
                 + (f"  primed decodes {n}" if (n := getattr(stage, "primed_decodes", 0)) else "")
                 + (
-                    f"  reviser passes {reader.passes} ({reader.busy_s:.1f} s)"
+                    f"  reviser passes {reader.passes} ({reader.busy_s:.1f} s, "
+                    f"{reader.replaced} replaced unread)"
                     if (reader := getattr(stage, "reader", None)) is not None
+                    else ""
+                )
+                + (
+                    f"  lookback passes {lb.passes} ({lb.replaced} replaced unread)"
+                    if (lb := getattr(stage, "lookback_reader", None)) is not None
                     else ""
                 )  # fmt: skip
                 + f"  | {res.text[:110]}"

@@ -107,9 +107,11 @@ class BackgroundReader:
             thread_name_prefix="sf-asr-reviser" if accurate else "sf-asr-lookback",
             initializer=_lower_priority if accurate else None,
         )
-        #: Passes run and their wall seconds (benchmarks, stats).
+        #: Passes run and their wall seconds, and jobs replaced while waiting, never read
+        #: (benchmarks, stats).
         self.passes = 0
         self.busy_s = 0.0
+        self.replaced = 0
         self._users = 0
 
     def attach(self) -> None:
@@ -167,6 +169,7 @@ class Readings:
         if self.running is None:
             self.running = (job, self.reader.read(job))
         else:
+            self.reader.replaced += self._waiting is not None
             self._waiting = job
 
     @property
