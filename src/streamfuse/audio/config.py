@@ -334,11 +334,10 @@ class AsrConfig(BaseModel):
         le=100,
         description="Slide priming: at most this many rare words read on screen are passed to "
         "Whisper as hotwords (rare: the tokenizer splits them). 0, the default, disables "
-        "priming: measured live with the background reviser, `prime_guard='full'` and "
-        "`prime_check` it lowered WER by 24-26% relative on dev lectures whose slides match but "
-        "8-12% on held-out ones (19% on the simulated clock), and its guarded double decode put "
-        "first commits over 3 s (p95) on the harder set on an AVX2-only CPU (docs/asr.md, "
-        "'Slide terms checked by scoring', 'Slide priming after the fix').",
+        "priming: measured live on today's defaults with `prime_guard='full'` and `prime_check`, "
+        "it lowered WER by 7-13% relative on lectures whose slides match (-10.8% over three "
+        "runs), short of the 15% asked; where the slides are trusted its primed-only readings "
+        "trade common words for terms (docs/asr.md, 'Where live priming loses its gain').",
     )
     prime_min_overlap: int = Field(
         0,
