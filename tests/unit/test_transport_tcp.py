@@ -11,7 +11,7 @@ import socket
 
 import pytest
 
-from streamfuse.testing.live import free_port
+from streamfuse.testing.live import ephemeral_low, free_port
 from streamfuse.transport.config import TransportConfig
 from streamfuse.transport.tcp import DualReceiver, TcpReceiver, TcpSender, open_link
 from streamfuse.transport.udp import UdpSender
@@ -88,3 +88,14 @@ def test_the_cloud_serves_udp_or_tcp_whichever_the_edge_uses() -> None:
     assert isinstance(sender, UdpSender) and kind == "udp" and first == b"hello auto"
     sender, kind, first = asyncio.run(run("tcp"))
     assert isinstance(sender, TcpSender) and kind == "tcp" and first == b"hello tcp"
+
+
+def test_a_free_port_lies_below_the_kernels_own_range_and_binds_both_ways() -> None:
+    # Outgoing connections take ports from the kernel's range; a test server's port must not
+    # be one of them (it is bound seconds after it is drawn).
+    for _ in range(20):
+        port = free_port(socket.SOCK_STREAM, socket.SOCK_DGRAM)
+        assert 1024 <= port < ephemeral_low()
+        for kind in (socket.SOCK_STREAM, socket.SOCK_DGRAM):
+            with socket.socket(socket.AF_INET, kind) as s:
+                s.bind(("127.0.0.1", port))

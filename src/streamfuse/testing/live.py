@@ -30,13 +30,12 @@ import av
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)$")
 
 
-def _ephemeral_range() -> tuple[int, int]:
-    """The kernel's range for ports it hands out itself (`bind(0)`, outgoing connections)."""
+def ephemeral_low() -> int:
+    """The lowest port the kernel hands out itself (`bind(0)`, outgoing connections)."""
     try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999  # Linux's default
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 def free_port(*kinds: socket.SocketKind, host: str = "127.0.0.1") -> int:
@@ -49,10 +48,11 @@ def free_port(*kinds: socket.SocketKind, host: str = "127.0.0.1") -> int:
     later once failed with "Address already in use". Another process may still bind it first.
     """
     kinds = kinds or (socket.SOCK_STREAM,)
-    low = max(1024, _ephemeral_range()[0] - 12000)
+    high = ephemeral_low()
+    low = max(1024, high - 12000)
     rng = random.Random()
     for _ in range(200):
-        port = rng.randrange(low, low + 12000)
+        port = rng.randrange(low, high)
         try:
             for kind in kinds:
                 with socket.socket(socket.AF_INET, kind) as s:
@@ -60,7 +60,7 @@ def free_port(*kinds: socket.SocketKind, host: str = "127.0.0.1") -> int:
         except OSError:
             continue
         return port
-    raise OSError(f"no free port on {host} between {low} and {low + 12000}")
+    raise OSError(f"no free port on {host} between {low} and {high}")
 
 
 class _Handler(SimpleHTTPRequestHandler):
