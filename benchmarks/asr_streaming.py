@@ -687,9 +687,11 @@ def main(argv: list[str] | None = None) -> int:
             effort = getattr(stage, "effort", None)
             if effort is not None:  # full-window passes per effort rung (`effort`, docs/asr.md)
                 row["effort_passes"] = list(effort.passes)
-            for key in ("reader", "lookback_reader"):  # background readings run / replaced unread
-                if (bg := getattr(stage, key, None)) is not None:
-                    row[f"{key}_passes"], row[f"{key}_replaced"] = bg.passes, bg.replaced
+            # Background readings run, and replaced unread: the reviser's and the lookback's.
+            background = {key: bg for key in ("reader", "lookback_reader")
+                          if (bg := getattr(stage, key, None)) is not None}  # fmt: skip
+            for key, bg in background.items():
+                row[f"{key}_passes"], row[f"{key}_replaced"] = bg.passes, bg.replaced
             q = percentiles(res.latencies_first_s or [0.0])
             qf = percentiles(res.latencies_s or [0.0])
             print(
@@ -700,17 +702,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"{getattr(stage, 'inference_s', 0.0):.1f} s"
                 + (f"  effort passes {effort.passes}" if effort is not None else "")
                 + (f"  primed decodes {n}" if (n := getattr(stage, "primed_decodes", 0)) else "")
-                + (
-                    f"  reviser passes {reader.passes} ({reader.busy_s:.1f} s, "
-                    f"{reader.replaced} replaced unread)"
-                    if (reader := getattr(stage, "reader", None)) is not None
-                    else ""
+                + "".join(
+                    f"  {'reviser' if key == 'reader' else 'lookback'} passes {bg.passes} "
+                    f"({bg.busy_s:.1f} s, {bg.replaced} replaced unread)"
+                    for key, bg in background.items()
                 )
-                + (
-                    f"  lookback passes {lb.passes} ({lb.replaced} replaced unread)"
-                    if (lb := getattr(stage, "lookback_reader", None)) is not None
-                    else ""
-                )  # fmt: skip
                 + f"  | {res.text[:110]}"
             )
             if args.show_text:

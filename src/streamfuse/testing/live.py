@@ -18,7 +18,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from http import HTTPStatus
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -38,9 +38,12 @@ def ephemeral_low() -> int:
         return 32768  # Linux's default
 
 
-def free_port(*kinds: socket.SocketKind, host: str = "127.0.0.1") -> int:
+def free_port(
+    *kinds: socket.SocketKind, host: str = "127.0.0.1", avoid: Collection[int] = ()
+) -> int:
     """A port free on `host` right now for every socket kind given (TCP when none;
-    `socket.SOCK_DGRAM` for UDP; both for a transport that falls back from one to the other).
+    `socket.SOCK_DGRAM` for UDP; both for a transport that falls back from one to the other),
+    none of `avoid` (ports drawn already for the same server).
 
     The port is drawn at random from below the kernel's ephemeral range: a port the kernel hands
     out itself (bound to 0, then closed) can be taken again by any outgoing connection (a scrape,
@@ -50,9 +53,11 @@ def free_port(*kinds: socket.SocketKind, host: str = "127.0.0.1") -> int:
     kinds = kinds or (socket.SOCK_STREAM,)
     high = ephemeral_low()
     low = max(1024, high - 12000)
-    rng = random.Random()
+    rng = random.Random()  # its own, seeded from the OS: a test seeding `random` draws alike
     for _ in range(200):
         port = rng.randrange(low, high)
+        if port in avoid:
+            continue
         try:
             for kind in kinds:
                 with socket.socket(socket.AF_INET, kind) as s:
@@ -186,11 +191,9 @@ class RtspServer:
             raise FileNotFoundError(
                 f"{self.PROGRAM} not installed (apt-get install {self.PROGRAM})"
             )
-        ports: list[int] = []
-        while len(ports) < 3:  # drawn at random: two draws can meet
-            port = free_port() if len(ports) < 2 else free_port(socket.SOCK_DGRAM)
-            ports += [] if port in ports else [port]
-        self.client_port, self.source_port, rtp = ports
+        self.client_port = free_port()
+        self.source_port = free_port(avoid={self.client_port})
+        rtp = free_port(socket.SOCK_DGRAM, avoid={self.client_port, self.source_port})
         cmd = [program, "--clientport", str(self.client_port), "--serverport"]
         cmd += [str(self.source_port), "--client_listen_address", "127.0.0.1"]
         cmd += ["--source_listen_address", "127.0.0.1", "--rtp_start_port", str(rtp)]
