@@ -152,6 +152,28 @@ def test_guard_takes_a_primed_term_only_in_place_of_words_spelled_like_it() -> N
     assert guard_primed(_slots("a b"), _slots("c d"), []) == _slots("a b")
 
 
+def test_trusted_slides_take_a_short_stretch_heard_as_a_term_however_it_is_spelled() -> None:
+    terms = ["Dijkstra's", "Bellman", "priors", "Hastings"]
+
+    def merged(plain: str, primed: str, *, trusted: bool = True) -> str:
+        words = guard_primed(_slots(plain), _slots(primed), terms, trusted=trusted)
+        return " ".join(w.word.strip() for w in words)
+
+    # Spelled nothing like the term, yet what the slides say: taken once they are trusted
+    # (the guard alone keeps the unprimed words)...
+    assert merged("Thanks to a algorithm", "Dijkstra's algorithm") == "Dijkstra's algorithm"
+    assert merged("Thanks to a algorithm", "Dijkstra's algorithm", trusted=False) == (
+        "Thanks to a algorithm"
+    )
+    # ... but primed words that are no terms, a form of a term heard unprimed, an insertion
+    # and a long stretch keep the unprimed reading.
+    assert merged("the posterior has", "of the pastly area that has") == "the posterior has"
+    assert merged("the prior by the", "the priors by the") == "the prior by the"
+    assert merged("Hastings accepts", "casings accept, sub-reposal") == "Hastings accepts"
+    assert merged("runs pods", "Bellman, runs pods") == "runs pods"
+    assert merged("a b c d e f", "Bellman") == "a b c d e f"
+
+
 def test_terms_are_counted_with_their_forms() -> None:
     words = ["the", "taint", "and", "the", "taints", "on", "the", "kubelet"]
     said = count_terms(words, ["taints", "Kubelet"])

@@ -658,8 +658,9 @@ def test_the_prime_guard_keeps_a_heard_term_and_drops_an_imitated_one(
 def test_priming_is_trusted_once_the_speech_says_terms_on_screen(clip: np.ndarray) -> None:
     """Guarded ('all'), each pass is read unprimed and primed. Slides whose terms the speech
     says ("test", "covers", "slides" in the first sentence) are trusted after
-    `prime_trust_terms` of them were heard: later passes are read primed only. Slides about
-    something else never are."""
+    `prime_trust_terms` of them were heard: later passes are read primed only
+    (`prime_trusted='primed'`), or still twice and merged (the default; `guard_primed` takes
+    more from the primed reading). Slides about something else never are."""
 
     def run(lines: list[str], **config: object) -> ScriptedTranscriber:
         slides = ScreenTerms()
@@ -675,11 +676,15 @@ def test_priming_is_trusted_once_the_speech_says_terms_on_screen(clip: np.ndarra
     def hotwords(lines: list[str], **config: object) -> list[list[str]]:
         return run(lines, prime_guard="all", **config).hotwords
 
-    said = hotwords(["A test covers slides", "Kubelet taints"])
+    said = hotwords(["A test covers slides", "Kubelet taints"], prime_trusted="primed")
     assert not said[0], "the first pass is read unprimed: nothing was heard yet"
     last_unprimed = max(i for i, h in enumerate(said) if not h)
-    # Trusted once "test" and "covers" were heard: every later pass is read primed only.
+    # Trusted once "test" and "covers" were heard: every later pass is read primed only...
     assert len(said) - 1 - last_unprimed > last_unprimed
+    # ... or, merged, still unprimed and primed (twice the decodes).
+    merged = hotwords(["A test covers slides", "Kubelet taints"])
+    assert [bool(h) for h in merged] == [False, True] * (len(merged) // 2)
+    assert len(merged) > len(said)
     # Never trusted (other slides, or trust off): each pass is read unprimed, then primed (the
     # guard's two readings of the same audio).
     for calls in (hotwords(["Kubelet taints", "etcd tolerations"]),

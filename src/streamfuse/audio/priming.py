@@ -222,6 +222,9 @@ def _overlaps(w: Word, term: Word, slack_s: float = 0.1) -> bool:
 #: (`_SHORT_SIMILARITY`) is taken whole, the words around its term included.
 _SHORT = 3
 _SHORT_SIMILARITY = 0.6
+#: Trusted slides (`guard_primed(trusted=True)`): a stretch of at most this many unprimed
+#: words with no term in it, read as a term by the primed decode, is taken whole.
+_TRUSTED_STRETCH = 4
 
 
 def guard_primed(
@@ -230,6 +233,7 @@ def guard_primed(
     terms: Sequence[str],
     *,
     min_similarity: float = 0.5,
+    trusted: bool = False,
 ) -> list[Word]:
     """The unprimed reading of some audio, corrected by the primed reading only where the
     primed one hears a slide term in place of similar-sounding words.
@@ -245,7 +249,9 @@ def guard_primed(
     tolerations"); a term with no unprimed word at its time (an insertion), a stretch where the
     unprimed reading has a form of a term already ("prior" for "priors", "electronegativity"
     for "Electron") and every other primed word that is no term are rejected: the unprimed
-    words stay.
+    words stay. `trusted` (the speech was heard saying the slides' terms lately): a stretch of
+    at most `_TRUSTED_STRETCH` unprimed words with no term in it is taken whole where the
+    primed reading hears a term there, however it is spelled ("Thanks to a" -> "Dijkstra's").
     """
     keys = {_key(t) for t in terms}
     keys.discard("")
@@ -260,6 +266,9 @@ def guard_primed(
             continue
         if any(_is_term(w.key, keys) for w in old):
             out.extend(old)  # unprimed it heard a form of a term there already ("prior")
+            continue
+        if trusted and len(old) <= _TRUSTED_STRETCH and len(new) <= len(old) + 1:
+            out.extend(new)  # the slides carry the speech: "Thanks to a" -> "Dijkstra's"
             continue
         if (
             len(new) <= min(len(old) + 1, _SHORT)
@@ -510,8 +519,9 @@ def count_terms(words: Iterable[str], terms: Iterable[str]) -> Counter[str]:
     return Counter(t for t in (_term_of(_key(w), keys) for w in words) if t is not None)
 
 
-#: How a pass reads with slide terms: unprimed, primed only, or both with `guard_primed`.
-PrimingMode = Literal["plain", "primed", "guarded"]
+#: How a pass reads with slide terms: unprimed, primed only, or both with `guard_primed`
+#: (merged: the slides trusted).
+PrimingMode = Literal["plain", "primed", "guarded", "merged"]
 
 
 def read_primed(
@@ -526,7 +536,8 @@ def read_primed(
     """One pass's words read as `mode` says (`transcribe(hotwords=...)` decodes the pass's
     audio), and the terms it was primed with or checked against ([]: neither). Guarded, it is
     decoded unprimed and primed and `guard_primed` keeps the unprimed reading but where the
-    primed one hears a term in place of words spelled like it (Whisper encodes the audio once).
+    primed one hears a term in place of words spelled like it (Whisper encodes the audio once);
+    merged, as guarded with the slides trusted (`guard_primed(trusted=True)`).
     With `check`, whatever the mode, the reading is then corrected by `correct_terms`: a term
     goes where the scorer `score(terms)` gives (the same audio teacher-forced, `scorer`) hears
     it in place of words spelled like it, read with p >= `min_p`."""
@@ -535,8 +546,10 @@ def read_primed(
     used: list[str] = list(terms)
     if mode == "primed":
         words = transcribe(hotwords=terms)
-    elif mode == "guarded":
-        words = guard_primed(transcribe(), transcribe(hotwords=terms), terms)
+    elif mode in ("guarded", "merged"):
+        words = guard_primed(
+            transcribe(), transcribe(hotwords=terms), terms, trusted=mode == "merged"
+        )
     else:
         words = transcribe()
         used = []

@@ -723,16 +723,20 @@ class AsrStage(Stage):
         reading except where the primed one hears a term in place of words spelled like it; a
         pass the guard does not cover is read unprimed. Once the words heard (committed or
         pending) in the last `prime_window_s` hold `prime_trust_terms` distinct terms still on
-        screen, the slides carry the speech: passes are read primed only, as Whisper reads them
-        with the terms. With the guard off every pass is read primed only; with 'score' none
-        is (terms get in only by the check, `AsrConfig.checks_terms`)."""
+        screen, the slides carry the speech: a pass the guard covers is read as `prime_trusted`
+        says ('merged': guarded, a short stretch heard as a term taken however it is spelled),
+        every other pass primed only. With the guard off every pass is read primed only; with
+        'score' none is (terms get in only by the check, `AsrConfig.checks_terms`)."""
         if not terms:
             return "plain"
         if self.config.prime_guard == "score":
             return "plain"
-        if self.config.prime_guard == "off" or self._trusted(terms, until):
+        guarded = self._guarded(fast=fast, lookback=lookback)
+        if self.config.prime_guard == "off":
             return "primed"
-        return "guarded" if self._guarded(fast=fast, lookback=lookback) else "plain"
+        if self._trusted(terms, until):
+            return "merged" if guarded and self.config.prime_trusted == "merged" else "primed"
+        return "guarded" if guarded else "plain"
 
     def _trusted(self, terms: Sequence[str], t: float) -> bool:
         """Whether the words heard lately say `prime_trust_terms` distinct terms of `terms`."""
