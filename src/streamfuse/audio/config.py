@@ -334,10 +334,10 @@ class AsrConfig(BaseModel):
         le=100,
         description="Slide priming: at most this many rare words read on screen are passed to "
         "Whisper as hotwords (rare: the tokenizer splits them). 0, the default, disables "
-        "priming: measured live on today's defaults with `prime_guard='full'` and `prime_check`, "
-        "it lowered WER by 7-13% relative on lectures whose slides match (-10.8% over three "
-        "runs), short of the 15% asked; where the slides are trusted its primed-only readings "
-        "trade common words for terms (docs/asr.md, 'Where live priming loses its gain').",
+        "priming: measured live on today's defaults (`prime_guard='full'`, `prime_check`, "
+        "`prime_trusted='merged'`), it lowered WER by 10-14% relative on lectures whose slides "
+        "match (-11.9% over three runs; -14.7% on the simulated clock), short of the 15% asked, "
+        "and raised the first-commit p95 (docs/asr.md, 'Trusted slides read merged').",
     )
     prime_min_overlap: int = Field(
         0,
