@@ -655,6 +655,52 @@ def test_the_prime_guard_keeps_a_heard_term_and_drops_an_imitated_one(
     assert run(guard) == [w for w, _, _ in script]
 
 
+class FarMishearingTranscriber(ScriptedTranscriber):
+    """Unprimed it hears "engine" as "in the van", spelled nothing like it; primed (hotwords
+    given) it hears "engine"."""
+
+    def transcribe(self, audio: np.ndarray, prompt: str = "", **kwargs: object) -> list[Word]:
+        words = super().transcribe(audio, prompt, **kwargs)  # type: ignore[arg-type]
+        if kwargs.get("hotwords"):
+            return words
+        out: list[Word] = []
+        for w in words:
+            if w.word.strip() != "engine":
+                out.append(w)
+                continue
+            third = (w.t_end - w.t_start) / 3
+            out += [
+                Word(f" {x}", w.t_start + k * third, w.t_start + (k + 1) * third, 0.6)
+                for k, x in enumerate(("in", "the", "van"))
+            ]
+        return out
+
+
+@pytest.mark.parametrize(
+    ("config", "heard"),
+    [
+        ({}, "engine"),  # trusted, merged: the stretch heard as a term is taken
+        ({"prime_trusted": "primed"}, "engine"),  # trusted, primed only
+        ({"prime_trust_terms": 0}, "in"),  # never trusted: the guard wants a spelling alike
+    ],
+)
+def test_trusted_slides_let_a_term_in_where_the_unprimed_reading_spells_nothing_like_it(
+    clip: np.ndarray, config: dict[str, object], heard: str
+) -> None:
+    """The first sentence says "test" and "covers" from the slide: the slides are trusted by
+    the second, where the unprimed reading hears "in the van" for the slide's "engine"."""
+    slides = ScreenTerms()
+    slides.add(["A test covers slides", "The engine"], 0.0)
+    # Fast passes unprimed: the term can get in only by the full-window passes' reading.
+    fields = {"prime_max_terms": 20, "prime_guard": "full", "prime_fast": False}
+    cfg = AsrConfig.model_validate({**_FAST, **fields, **config})
+    fake = FarMishearingTranscriber(clip, _truth_words())
+    words = _speech(
+        asyncio.run(_run(AsrStage(cfg, transcriber=fake, screen_terms=slides), clip))[0]
+    )
+    assert words[words.index("The", 5) + 1] == heard
+
+
 def test_priming_is_trusted_once_the_speech_says_terms_on_screen(clip: np.ndarray) -> None:
     """Guarded ('all'), each pass is read unprimed and primed. Slides whose terms the speech
     says ("test", "covers", "slides" in the first sentence) are trusted after
