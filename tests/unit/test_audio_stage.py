@@ -607,29 +607,49 @@ def test_a_revision_replaces_a_differing_stretch_whole(heard_text: str, anchor: 
     ]
 
 
-class SlideBiasedTranscriber(ScriptedTranscriber):
-    """Unprimed it mishears "engine" as "and gin"; primed (hotwords given) it hears "engine"
-    but also imitates its prompt: it says the slide terms "Kubelet logs" after "spoken", where
-    nobody said them (a run too short for the recital guard)."""
+def _said_as(w: Word, parts: Sequence[str], p: float) -> list[Word]:
+    """The words `parts` heard over `w`'s span, in equal shares."""
+    step = (w.t_end - w.t_start) / len(parts)
+    return [
+        Word(f" {x}", w.t_start + k * step, w.t_start + (k + 1) * step, p)
+        for k, x in enumerate(parts)
+    ]
+
+
+class UnprimedMishearingTranscriber(ScriptedTranscriber):
+    """Unprimed it hears "engine" as the words `heard` (primed, hotwords given: "engine")."""
+
+    def __init__(self, audio: np.ndarray, script: list[tuple[str, float, float]],
+                 heard: Sequence[str] = ("and", "gin")) -> None:  # fmt: skip
+        super().__init__(audio, script)
+        self.heard = heard
 
     def transcribe(self, audio: np.ndarray, prompt: str = "", **kwargs: object) -> list[Word]:
         words = super().transcribe(audio, prompt, **kwargs)  # type: ignore[arg-type]
-        primed = bool(kwargs.get("hotwords"))
-        out: list[Word] = []
-        for w in words:
-            if w.word.strip() == "engine" and not primed:
-                mid = (w.t_start + w.t_end) / 2
-                out += [Word(" and", w.t_start, mid, 0.6), Word(" gin", mid, w.t_end, 0.6)]
-            elif w.word.strip() == "spoken" and primed:
-                third = (w.t_end - w.t_start) / 3
-                out += [
-                    Word(" spoken,", w.t_start, w.t_start + third, 0.9),
-                    Word(" Kubelet,", w.t_start + third, w.t_start + 2 * third, 0.9),
-                    Word(" logs", w.t_start + 2 * third, w.t_end, 0.9),
-                ]
-            else:
-                out.append(w)
-        return out
+        if kwargs.get("hotwords"):
+            return words
+        return [
+            x
+            for w in words
+            for x in (_said_as(w, self.heard, 0.6) if w.word.strip() == "engine" else [w])
+        ]
+
+
+class SlideBiasedTranscriber(UnprimedMishearingTranscriber):
+    """Unprimed it mishears "engine" as "and gin"; primed it hears "engine" but also imitates
+    its prompt: it says the slide terms "Kubelet logs" after "spoken", where nobody said them
+    (a run too short for the recital guard)."""
+
+    def transcribe(self, audio: np.ndarray, prompt: str = "", **kwargs: object) -> list[Word]:
+        words = super().transcribe(audio, prompt, **kwargs)
+        if not kwargs.get("hotwords"):
+            return words
+        recited = ("spoken,", "Kubelet,", "logs")
+        return [
+            x
+            for w in words
+            for x in (_said_as(w, recited, 0.9) if w.word.strip() == "spoken" else [w])
+        ]
 
 
 @pytest.mark.parametrize("guard", ["all", "full"])
@@ -655,27 +675,6 @@ def test_the_prime_guard_keeps_a_heard_term_and_drops_an_imitated_one(
     assert run(guard) == [w for w, _, _ in script]
 
 
-class FarMishearingTranscriber(ScriptedTranscriber):
-    """Unprimed it hears "engine" as "in the van", spelled nothing like it; primed (hotwords
-    given) it hears "engine"."""
-
-    def transcribe(self, audio: np.ndarray, prompt: str = "", **kwargs: object) -> list[Word]:
-        words = super().transcribe(audio, prompt, **kwargs)  # type: ignore[arg-type]
-        if kwargs.get("hotwords"):
-            return words
-        out: list[Word] = []
-        for w in words:
-            if w.word.strip() != "engine":
-                out.append(w)
-                continue
-            third = (w.t_end - w.t_start) / 3
-            out += [
-                Word(f" {x}", w.t_start + k * third, w.t_start + (k + 1) * third, 0.6)
-                for k, x in enumerate(("in", "the", "van"))
-            ]
-        return out
-
-
 @pytest.mark.parametrize(
     ("config", "heard"),
     [
@@ -694,7 +693,7 @@ def test_trusted_slides_let_a_term_in_where_the_unprimed_reading_spells_nothing_
     # Fast passes unprimed: the term can get in only by the full-window passes' reading.
     fields = {"prime_max_terms": 20, "prime_guard": "full", "prime_fast": False}
     cfg = AsrConfig.model_validate({**_FAST, **fields, **config})
-    fake = FarMishearingTranscriber(clip, _truth_words())
+    fake = UnprimedMishearingTranscriber(clip, _truth_words(), heard=("in", "the", "van"))
     words = _speech(
         asyncio.run(_run(AsrStage(cfg, transcriber=fake, screen_terms=slides), clip))[0]
     )

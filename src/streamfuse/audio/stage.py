@@ -731,9 +731,9 @@ class AsrStage(Stage):
             return "plain"
         if self.config.prime_guard == "score":
             return "plain"
-        guarded = self._guarded(fast=fast, lookback=lookback)
         if self.config.prime_guard == "off":
             return "primed"
+        guarded = self._guarded(fast=fast, lookback=lookback)
         if self._trusted(terms, until):
             return "merged" if guarded and self.config.prime_trusted == "merged" else "primed"
         return "guarded" if guarded else "plain"
