@@ -607,6 +607,52 @@ def test_a_revision_replaces_a_differing_stretch_whole(heard_text: str, anchor: 
     ]
 
 
+def test_words_the_accurate_model_read_the_same_are_revised_only_by_a_surer_reading() -> None:
+    """Seen live on the speech set: base re-read an utterance and read "accept some proposal"
+    as committed; the stream's own model (tiny.en), re-reading the same audio later over a
+    longer lookback, turned those words into "except we'll put both", and nothing read them
+    again. Words the accurate model read the same are revised by the stream's model only where
+    it reads them more confidently (on another clip its longer reading rightly turned a
+    confirmed "and shake" into "handshake"); words it was never given stay open to any reading
+    the stream's model makes, as without a reviser."""
+
+    def stage_with(committed: list[str]) -> AsrStage:
+        stage = AsrStage(AsrConfig(revise_lookback_s=20.0, calibrate=False))
+        stage._stream_id = "s"
+        stage._history.extend(
+            Word(" " + w, 10.0 + i * 0.3, 10.3 + i * 0.3, 0.9) for i, w in enumerate(committed)
+        )
+        stage._utterance_from = 9.0
+        return stage
+
+    def reading(words: list[str], p: float = 0.9) -> list[Word]:
+        return [Word(" " + w, 10.0 + i * 0.3, 10.3 + i * 0.3, p) for i, w in enumerate(words)]
+
+    committed = ["Metropolis", "casings", "accept", "some", "proposal"]
+    rereading = ["Metropolis", "casings", "except", "we'll", "put"]
+    stage = stage_with(committed)
+    assert stage._revisions(reading(committed), 9.5, model="base") == []  # read the same
+    assert stage._revisions(reading(rereading), 9.5) == []  # the stream's model: no change
+    assert [w.word.strip() for w in stage._history] == committed
+    surer = stage._revisions(reading(rereading, p=0.99), 9.5)
+    assert [(e.payload.replaced_text, e.payload.text) for e in surer] == [
+        ("accept some proposal", "except we'll put")
+    ]
+    # Without the accurate model's reading, the stream's own rereading revises those words.
+    stage = stage_with(committed)
+    events = stage._revisions(reading(rereading), 9.5)
+    assert [(e.payload.replaced_text, e.payload.text) for e in events] == [
+        ("accept some proposal", "except we'll put")
+    ]
+    # Where the accurate model read otherwise and was less sure, its reading left the words
+    # open: the stream's model may still revise them.
+    stage = stage_with(committed)
+    unsure = reading(["Metropolis", "casings", "accept", "a", "proposal"], p=0.5)
+    assert stage._revisions(unsure, 9.5, model="base") == []
+    events = stage._revisions(reading(["Metropolis", "casings", "accept", "the", "proposal"]), 9.5)
+    assert [(e.payload.replaced_text, e.payload.text) for e in events] == [("some", "the")]
+
+
 def _said_as(w: Word, parts: Sequence[str], p: float) -> list[Word]:
     """The words `parts` heard over `w`'s span, in equal shares."""
     step = (w.t_end - w.t_start) / len(parts)

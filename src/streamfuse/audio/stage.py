@@ -111,8 +111,10 @@ class AsrStage(Stage):
         self._rereads: Readings | None = None
         self._lookbacks: Readings | None = None
         # ids of the words in `_history` the background reader put there: the stream's own
-        # model does not revise them again.
+        # model does not revise them again; and of those it read the same (`_confirmed`): the
+        # stream's model revises them only where it reads them more confidently.
         self._accurate: set[int] = set()
+        self._confirmed: set[int] = set()
         cfg = self.config
         self._gate = SpeechGate(cfg.vad_start_threshold, cfg.vad_end_threshold, cfg.min_silence_s)
         self._policy = LocalAgreement(carry=cfg.age_carry)
@@ -472,8 +474,10 @@ class AsrStage(Stage):
         cfg = self.config
         tol = self._policy.time_tolerance_s
         since = self._revision_scope(start) if since is None else since
-        if self._accurate:  # only words still in the history count
-            self._accurate &= {id(w) for w in self._history}
+        if self._accurate or self._confirmed:  # only words still in the history count
+            ids = {id(w) for w in self._history}
+            self._accurate &= ids
+            self._confirmed &= ids
         scope = [w for w in self._history if since - tol < w.t_start < until]
         mine = [w for w in scope if w.t_start >= start - 0.05]
         # Committed words in scope whose audio the pass did not get (the buffer was trimmed
@@ -501,11 +505,17 @@ class AsrStage(Stage):
             # A slide term the model's own check put there was judged on its sound already
             # (its p is read with the terms in the prompt: not comparable with the others').
             checked = any(w.checked for w in words)
+            if model is None:
+                # What the accurate model read the stream's model does not undo; what it read
+                # the same, only with a surer reading.
+                confidence |= any(id(w) in self._confirmed for w in replaced)
+                if any(id(w) in self._accurate for w in replaced):
+                    continue
             if confidence and not checked and not _more_confident(words, replaced):
                 continue
-            if model is None and any(id(w) in self._accurate for w in replaced):
-                continue  # the accurate model read these: the stream's model does not undo it
             stretches.append((replaced, words))
+        if model is not None:
+            self._confirmed.update(id(mine[i]) for i in _shared(opcodes, mine, heard))
         # A new word centred inside a committed word that stays is that word's sound read a
         # second time (a word cut where the pass's audio starts, or readings aligned apart
         # beside a stretch kept as a drop): not added, or the transcript would say it twice.
@@ -977,14 +987,32 @@ def _differing_stretches(
     anchored = True  # the words shared since the last difference are the same sound
     for tag, i1, i2, j1, j2 in opcodes:
         if tag == "equal":
-            shift = sum(abs(old[i1 + k].t_start - new[j1 + k].t_start) for k in range(i2 - i1))
-            anchored = shift / (i2 - i1) <= _ANCHOR_MAX_SHIFT_S
+            anchored = _anchored(old[i1:i2], new[j1:j2])
         elif out and not anchored:
             out[-1][1], out[-1][3] = i2, j2  # one stretch, through the chance match
         else:
             out.append([i1, i2, j1, j2])
             anchored = False
     return [(a, b, c, d) for a, b, c, d in out]
+
+
+def _anchored(old: Sequence[Word], new: Sequence[Word]) -> bool:
+    """Are words two readings share (`old`, `new`: the same words) the same sound: placed within
+    `_ANCHOR_MAX_SHIFT_S` of each other in time, on average?"""
+    shift = sum(abs(a.t_start - b.t_start) for a, b in zip(old, new, strict=True))
+    return shift / len(old) <= _ANCHOR_MAX_SHIFT_S
+
+
+def _shared(
+    opcodes: Sequence[tuple[str, int, int, int, int]], old: Sequence[Word], new: Sequence[Word]
+) -> list[int]:
+    """Indices into `old` of the words both readings hold as the same sound (`_anchored`)."""
+    return [
+        i
+        for tag, i1, i2, j1, j2 in opcodes
+        if tag == "equal" and _anchored(old[i1:i2], new[j1:j2])
+        for i in range(i1, i2)
+    ]
 
 
 def _inside_any(word: Word, others: list[Word]) -> bool:
