@@ -336,7 +336,7 @@ class AsrConfig(BaseModel):
         "Whisper as hotwords (rare: the tokenizer splits them). 0, the default, disables "
         "priming: measured live on today's defaults (`prime_guard='full'`, `prime_check`, "
         "`prime_trusted='merged'`), it lowered WER by 10-16% relative on lectures whose slides "
-        "match (-12.9% over four runs; -14.7% on the simulated clock), short of the 15% asked, "
+        "match (-13.2% over seven runs; -14.7% on the simulated clock), short of the 15% asked, "
         "and raised the first-commit p95 (docs/asr.md, 'Trusted slides read merged').",
     )
     prime_min_overlap: int = Field(
