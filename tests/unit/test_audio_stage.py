@@ -666,9 +666,10 @@ class UnprimedMishearingTranscriber(ScriptedTranscriber):
     """Unprimed it hears "engine" as the words `heard` (primed, hotwords given: "engine")."""
 
     def __init__(self, audio: np.ndarray, script: list[tuple[str, float, float]],
-                 heard: Sequence[str] = ("and", "gin")) -> None:  # fmt: skip
+                 heard: Sequence[str] = ("and", "gin"), p: float = 0.6) -> None:  # fmt: skip
         super().__init__(audio, script)
         self.heard = heard
+        self.p = p
 
     def transcribe(self, audio: np.ndarray, prompt: str = "", **kwargs: object) -> list[Word]:
         words = super().transcribe(audio, prompt, **kwargs)  # type: ignore[arg-type]
@@ -677,7 +678,7 @@ class UnprimedMishearingTranscriber(ScriptedTranscriber):
         return [
             x
             for w in words
-            for x in (_said_as(w, self.heard, 0.6) if w.word.strip() == "engine" else [w])
+            for x in (_said_as(w, self.heard, self.p) if w.word.strip() == "engine" else [w])
         ]
 
 
@@ -744,6 +745,40 @@ def test_trusted_slides_let_a_term_in_where_the_unprimed_reading_spells_nothing_
         asyncio.run(_run(AsrStage(cfg, transcriber=fake, screen_terms=slides), clip))[0]
     )
     assert words[words.index("The", 5) + 1] == heard
+
+
+def test_a_primed_background_reading_can_land_its_unprimed_words_first(clip: np.ndarray) -> None:
+    """With `reread_unprimed_first` a background reading that decodes unprimed and primed
+    lands twice: its unprimed words first (where the committed words hold no slide term: base
+    hears "engine" as "in the van", surer than the stream's "engine", and leaves it to the
+    primed reading), then the merged reading, which reuses that unprimed decode: as many
+    decodes as one merged reading, the same transcript."""
+    slides = ScreenTerms()
+    slides.add(["A test covers slides", "The engine"], 0.0)
+    heard = ("in", "the", "van")
+
+    def run(first: bool) -> tuple[list[EventFrame], UnprimedMishearingTranscriber, int]:
+        fields = {"prime_max_terms": 20, "prime_guard": "full", "prime_fast": False,
+                  "effort_model_shift_s": 0.0, "reread_unprimed_first": first}  # fmt: skip
+        cfg = AsrConfig.model_validate({**_FAST, **fields})
+        accurate = UnprimedMishearingTranscriber(clip, _truth_words(), heard=heard, p=0.99)
+        reader = BackgroundReader(cfg, transcriber=accurate)
+        stream = UnprimedMishearingTranscriber(clip, _truth_words(), heard=heard)
+        stage = AsrStage(cfg, transcriber=stream, reader=reader, screen_terms=slides)
+        events, _ = asyncio.run(_run(stage, clip))
+        return events, accurate, reader.passes
+
+    merged, merged_model, merged_passes = run(first=False)
+    events, accurate, passes = run(first=True)
+    words = _speech(events)
+    assert words == _speech(merged)
+    assert words[words.index("The", 5) + 1] == "engine"
+    primed = sum(1 for h in merged_model.hotwords if h)
+    assert primed > 0
+    assert passes == merged_passes + primed  # each primed reading lands twice...
+    assert accurate.hotwords == merged_model.hotwords  # ... from the same decodes
+    base = [e.payload for e in events if e.type == "asr_revision" and e.payload.model]
+    assert not any("engine" in r.replaced_text for r in base)
 
 
 def test_priming_is_trusted_once_the_speech_says_terms_on_screen(clip: np.ndarray) -> None:

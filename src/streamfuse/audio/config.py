@@ -401,6 +401,13 @@ class AsrConfig(BaseModel):
         "says, every other pass primed only (0: never; `prime_guard='score'` reads no pass "
         "primed).",
     )
+    reread_unprimed_first: bool = Field(
+        False,
+        description="Slide priming with a background reader: a reading that decodes unprimed and "
+        "primed (guarded or merged) lands its unprimed words first, as an unprimed reading "
+        "would, and the primed decode and the guard after, reusing that unprimed decode: the "
+        "primed reading's second decode no longer delays the revisions of the span.",
+    )
     prime_trusted: Literal["primed", "merged"] = Field(
         "merged",
         description="Slide priming, once the slides are trusted (`prime_trust_terms`): how a "

@@ -532,12 +532,14 @@ def read_primed(
     *,
     min_p: float = 0.3,
     check: bool = False,
+    unprimed: list[Word] | None = None,
 ) -> tuple[list[Word], list[str]]:
     """One pass's words read as `mode` says (`transcribe(hotwords=...)` decodes the pass's
     audio), and the terms it was primed with or checked against ([]: neither). Guarded, it is
     decoded unprimed and primed and `guard_primed` keeps the unprimed reading but where the
     primed one hears a term in place of words spelled like it (Whisper encodes the audio once);
-    merged, as guarded with the slides trusted (`guard_primed(trusted=True)`).
+    merged, as guarded with the slides trusted (`guard_primed(trusted=True)`). `unprimed`: the
+    unprimed decode of the same audio and prompt, already made (not decoded again).
     With `check`, whatever the mode, the reading is then corrected by `correct_terms`: a term
     goes where the scorer `score(terms)` gives (the same audio teacher-forced, `scorer`) hears
     it in place of words spelled like it, read with p >= `min_p`."""
@@ -547,9 +549,8 @@ def read_primed(
     if mode == "primed":
         words = transcribe(hotwords=terms)
     elif mode in ("guarded", "merged"):
-        words = guard_primed(
-            transcribe(), transcribe(hotwords=terms), terms, trusted=mode == "merged"
-        )
+        heard = transcribe() if unprimed is None else unprimed
+        words = guard_primed(heard, transcribe(hotwords=terms), terms, trusted=mode == "merged")
     else:
         words = transcribe()
         used = []
@@ -569,12 +570,13 @@ def read_pass(
     check: bool,
     min_p: float,
     fast: bool = False,
+    unprimed: list[Word] | None = None,
 ) -> tuple[list[Word], list[str]]:
     """`read_primed` over `audio` with `transcriber` (its decodes and, for the check, its
     `Transcriber.score`): the one way the stream's passes and the reviser's readings are read."""
     transcribe = partial(transcriber.transcribe, audio, prompt, fast=fast)
     score = partial(scorer, transcriber.score, audio, prompt)
-    return read_primed(transcribe, mode, terms, score, min_p=min_p, check=check)
+    return read_primed(transcribe, mode, terms, score, min_p=min_p, check=check, unprimed=unprimed)
 
 
 __all__ = [

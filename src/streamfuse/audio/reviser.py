@@ -80,6 +80,9 @@ class Reread:
     terms: list[str] = field(default_factory=list)
     #: Whether the reading is checked for slide terms by scoring (`priming.read_pass`).
     check: bool = False
+    #: The primed reading of the same audio, read once this unprimed one has landed
+    #: (`AsrConfig.reread_unprimed_first`); it reuses this reading's decode.
+    then: Reread | None = None
 
 
 class BackgroundReader:
@@ -113,6 +116,8 @@ class BackgroundReader:
         self.busy_s = 0.0
         self.replaced = 0
         self._users = 0
+        # The last unprimed reading a primed one follows: its audio, prompt and raw words.
+        self._unprimed: tuple[np.ndarray, str, list[Word]] | None = None
 
     def attach(self) -> None:
         self._users += 1
@@ -141,11 +146,17 @@ class BackgroundReader:
 
     def _read(self, job: Reread) -> tuple[list[Word], list[str]]:
         started = time.perf_counter()
+        unprimed, self._unprimed = self._unprimed, None
+        if unprimed is not None and (unprimed[0] is not job.audio or unprimed[1] != job.prompt):
+            unprimed = None
         try:
             words, terms = read_pass(
                 self.transcriber, job.audio, job.prompt, job.mode, job.terms,
                 check=job.check, min_p=self.config.prime_score_min_p,
+                unprimed=None if unprimed is None else unprimed[2],
             )  # fmt: skip
+            if job.then is not None:
+                self._unprimed = (job.audio, job.prompt, words)
         finally:
             self.passes += 1
             self.busy_s += time.perf_counter() - started
@@ -182,18 +193,23 @@ class Readings:
             await asyncio.wait([self.running[1]])
 
     def take(self) -> tuple[Reread, tuple[list[Word], list[str]] | None]:
-        """The finished reading's job and result (None: it failed, logged); starts the next."""
+        """The finished reading's job and result (None: it failed, logged); starts the next:
+        the primed reading that follows it (`Reread.then`; a newer job waits on), else the
+        waiting one."""
         assert self.running is not None
         job, future = self.running
         self.running = None
-        if self._waiting is not None:
-            self.submit(self._waiting)
-            self._waiting = None
         try:
-            return job, future.result()
+            result = future.result()
         except Exception:
             log.exception("background reading of %.2f s by %s failed", job.t0, self.reader.model)
-            return job, None
+            result = None
+        if job.then is not None and result is not None:
+            self.running = (job.then, self.reader.read(job.then))
+        elif self._waiting is not None:
+            self.submit(self._waiting)
+            self._waiting = None
+        return job, result
 
 
 __all__ = ["BackgroundReader", "Readings", "Reread", "accurate_config", "shift_words"]

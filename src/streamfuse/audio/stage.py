@@ -465,12 +465,14 @@ class AsrStage(Stage):
         since: float | None = None,
         until: float = math.inf,
         model: str | None = None,
+        keep_terms: Sequence[str] = (),
     ) -> list[EventFrame]:
         """Compare the committed words the full pass could hear with what it `heard` over the
         same time (its audio from media time `start`); a revision event per stretch where they
         differ. The scope: committed words from `since` (`_revision_scope`) to `until`.
         `model`: the background reader's reading (its words are not revised by the stream's
-        own model later); None: the stream's model's, which leaves the reader's words alone."""
+        own model later); None: the stream's model's, which leaves the reader's words alone.
+        A stretch whose committed words hold one of `keep_terms` stays as committed."""
         cfg = self.config
         tol = self._policy.time_tolerance_s
         since = self._revision_scope(start) if since is None else since
@@ -512,6 +514,8 @@ class AsrStage(Stage):
                 if any(id(w) in self._accurate for w in replaced):
                     continue
             if confidence and not checked and not _more_confident(words, replaced):
+                continue
+            if keep_terms and count_terms([w.word for w in replaced], keep_terms):
                 continue
             stretches.append((replaced, words))
         if model is not None:
@@ -562,7 +566,7 @@ class AsrStage(Stage):
         readings = self._rereads
         if readings is None:
             return
-        if readings.running is not None and not self.live:
+        while readings.running is not None and not self.live:
             async for out in self._await_reading(readings):
                 yield out
         self._submit(readings, start, until)
@@ -582,6 +586,8 @@ class AsrStage(Stage):
         check = self.config.checks_terms and (accurate or self.reader is None)
         since = self._revision_scope(start)
         job = Reread(audio.copy(), t0, self._prompt(t0), since, until, mode, terms, check)
+        if self.config.reread_unprimed_first and mode in ("guarded", "merged") and terms:
+            job = replace(job, mode="plain", terms=[], check=False, then=job)
         readings.submit(job)
 
     @property
@@ -613,7 +619,11 @@ class AsrStage(Stage):
         if job.mode != "plain" and not reader.accurate:
             self.primed_decodes += 1  # the stream's own model's pass, read off the commit path
         model = reader.model if reader.accurate else None  # None: the stream's own model
-        return self._revisions(words, job.t0, since=job.since, until=job.until, model=model)
+        # An unprimed reading a primed one follows leaves the slide terms to that one.
+        keep = job.then.terms if job.then is not None else ()
+        return self._revisions(
+            words, job.t0, since=job.since, until=job.until, model=model, keep_terms=keep
+        )
 
     async def _maybe_trim(self) -> AsyncIterator[Frame]:
         """Keep the buffer short: cut at a committed sentence end, or force a cut at the limit."""
