@@ -83,6 +83,8 @@ class Reread:
     #: The primed reading of the same audio, read once this unprimed one has landed
     #: (`AsrConfig.reread_unprimed_first`); it reuses this reading's decode.
     then: Reread | None = None
+    #: Whether this primed reading follows the unprimed one of the same audio (`then`).
+    follows: bool = False
 
 
 class BackgroundReader:

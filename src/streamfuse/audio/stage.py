@@ -466,13 +466,16 @@ class AsrStage(Stage):
         until: float = math.inf,
         model: str | None = None,
         keep_terms: Sequence[str] = (),
+        judged_terms: Sequence[str] = (),
     ) -> list[EventFrame]:
         """Compare the committed words the full pass could hear with what it `heard` over the
         same time (its audio from media time `start`); a revision event per stretch where they
         differ. The scope: committed words from `since` (`_revision_scope`) to `until`.
         `model`: the background reader's reading (its words are not revised by the stream's
         own model later); None: the stream's model's, which leaves the reader's words alone.
-        A stretch whose committed words hold one of `keep_terms` stays as committed."""
+        A stretch whose committed words hold one of `keep_terms` stays as committed; one that
+        puts one of `judged_terms` in place of the accurate model's own words (its unprimed
+        reading, landed first) was judged against them by the guard: no confidence check."""
         cfg = self.config
         tol = self._policy.time_tolerance_s
         since = self._revision_scope(start) if since is None else since
@@ -506,7 +509,12 @@ class AsrStage(Stage):
             confidence = cfg.revise_confidence if model is None else cfg.background_confidence
             # A slide term the model's own check put there was judged on its sound already
             # (its p is read with the terms in the prompt: not comparable with the others').
-            checked = any(w.checked for w in words)
+            checked = any(w.checked for w in words) or bool(
+                judged_terms
+                and replaced
+                and all(id(w) in self._accurate for w in replaced)
+                and count_terms([w.word for w in words], judged_terms)
+            )
             if model is None:
                 # What the accurate model read the stream's model does not undo; what it read
                 # the same, only with a surer reading.
@@ -587,7 +595,7 @@ class AsrStage(Stage):
         since = self._revision_scope(start)
         job = Reread(audio.copy(), t0, self._prompt(t0), since, until, mode, terms, check)
         if self.config.reread_unprimed_first and mode in ("guarded", "merged") and terms:
-            job = replace(job, mode="plain", terms=[], check=False, then=job)
+            job = replace(job, mode="plain", terms=[], check=False, then=replace(job, follows=True))
         readings.submit(job)
 
     @property
@@ -619,11 +627,14 @@ class AsrStage(Stage):
         if job.mode != "plain" and not reader.accurate:
             self.primed_decodes += 1  # the stream's own model's pass, read off the commit path
         model = reader.model if reader.accurate else None  # None: the stream's own model
-        # An unprimed reading a primed one follows leaves the slide terms to that one.
+        # An unprimed reading a primed one follows leaves the slide terms to that one, whose
+        # guard judged its terms against that unprimed reading.
         keep = job.then.terms if job.then is not None else ()
+        judged = job.terms if job.follows else ()
         return self._revisions(
-            words, job.t0, since=job.since, until=job.until, model=model, keep_terms=keep
-        )
+            words, job.t0, since=job.since, until=job.until, model=model, keep_terms=keep,
+            judged_terms=judged,
+        )  # fmt: skip
 
     async def _maybe_trim(self) -> AsyncIterator[Frame]:
         """Keep the buffer short: cut at a committed sentence end, or force a cut at the limit."""
