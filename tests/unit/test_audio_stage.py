@@ -747,23 +747,39 @@ def test_trusted_slides_let_a_term_in_where_the_unprimed_reading_spells_nothing_
     assert words[words.index("The", 5) + 1] == heard
 
 
-def test_a_primed_background_reading_can_land_its_unprimed_words_first(clip: np.ndarray) -> None:
+class TermDeafTranscriber(UnprimedMishearingTranscriber):
+    """Hears "engine" as the words `heard`, primed or not."""
+
+    def transcribe(self, audio: np.ndarray, prompt: str = "", **kwargs: object) -> list[Word]:
+        return super().transcribe(audio, prompt, **{**kwargs, "hotwords": ()})
+
+
+@pytest.mark.parametrize("stream_hears", ["the term", "other words"])
+def test_a_primed_background_reading_can_land_its_unprimed_words_first(
+    clip: np.ndarray, stream_hears: str
+) -> None:
     """With `reread_unprimed_first` a background reading that decodes unprimed and primed
-    lands twice: its unprimed words first (where the committed words hold no slide term: base
-    hears "engine" as "in the van", surer than the stream's "engine", and leaves it to the
-    primed reading), then the merged reading, which reuses that unprimed decode: as many
-    decodes as one merged reading, the same transcript."""
+    lands twice: its unprimed words first, then the merged reading, which reuses that unprimed
+    decode: as many decodes as one merged reading, the same transcript. Base hears "engine" as
+    "in the van" unprimed, surer (p 0.99) than anything else. Where the stream committed
+    "engine", the unprimed landing leaves that stretch to the primed reading; where it
+    committed "and gin", the unprimed landing puts "in the van" in, and the guard's "engine"
+    replaces those words of base's own without a confidence check (judged against them)."""
     slides = ScreenTerms()
     slides.add(["A test covers slides", "The engine"], 0.0)
-    heard = ("in", "the", "van")
 
     def run(first: bool) -> tuple[list[EventFrame], UnprimedMishearingTranscriber, int]:
         fields = {"prime_max_terms": 20, "prime_guard": "full", "prime_fast": False,
                   "effort_model_shift_s": 0.0, "reread_unprimed_first": first}  # fmt: skip
         cfg = AsrConfig.model_validate({**_FAST, **fields})
-        accurate = UnprimedMishearingTranscriber(clip, _truth_words(), heard=heard, p=0.99)
+        accurate = UnprimedMishearingTranscriber(
+            clip, _truth_words(), heard=("in", "the", "van"), p=0.99
+        )
         reader = BackgroundReader(cfg, transcriber=accurate)
-        stream = UnprimedMishearingTranscriber(clip, _truth_words(), heard=heard)
+        if stream_hears == "the term":
+            stream = UnprimedMishearingTranscriber(clip, _truth_words(), heard=("in", "the", "van"))
+        else:
+            stream = TermDeafTranscriber(clip, _truth_words(), heard=("and", "gin"))
         stage = AsrStage(cfg, transcriber=stream, reader=reader, screen_terms=slides)
         events, _ = asyncio.run(_run(stage, clip))
         return events, accurate, reader.passes
@@ -778,7 +794,11 @@ def test_a_primed_background_reading_can_land_its_unprimed_words_first(clip: np.
     assert passes == merged_passes + primed  # each primed reading lands twice...
     assert accurate.hotwords == merged_model.hotwords  # ... from the same decodes
     base = [e.payload for e in events if e.type == "asr_revision" and e.payload.model]
-    assert not any("engine" in r.replaced_text for r in base)
+    if stream_hears == "the term":
+        assert not any("engine" in r.replaced_text for r in base)
+    else:
+        assert any(r.text == "in the van" for r in base)  # the unprimed landing...
+        assert any(r.replaced_text == "in the van" and r.text == "engine" for r in base)
 
 
 def test_priming_is_trusted_once_the_speech_says_terms_on_screen(clip: np.ndarray) -> None:
