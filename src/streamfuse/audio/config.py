@@ -335,9 +335,10 @@ class AsrConfig(BaseModel):
         description="Slide priming: at most this many rare words read on screen are passed to "
         "Whisper as hotwords (rare: the tokenizer splits them). 0, the default, disables "
         "priming: measured live on today's defaults (`prime_guard='full'`, `prime_check`, "
-        "`prime_trusted='merged'`), it lowered WER by 10-16% relative on lectures whose slides "
-        "match (-13.2% over seven runs; -14.7% on the simulated clock), short of the 15% asked, "
-        "and raised the first-commit p95 (docs/asr.md, 'Trusted slides read merged').",
+        "`prime_trusted='merged'`, `reread_unprimed_first`), it lowered WER by 25-29% relative "
+        "on lectures whose slides match (-27.4% over two runs; -29.5% on the simulated clock), "
+        "left off-slide speech unchanged, and raised the dev first-commit p95 to 3.4-3.6 s "
+        "(docs/asr.md, 'The unprimed reading lands first').",
     )
     prime_min_overlap: int = Field(
         0,
