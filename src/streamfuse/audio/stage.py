@@ -581,7 +581,8 @@ class AsrStage(Stage):
 
     def _submit(self, readings: Readings, start: float, until: float) -> None:
         """Hand the audio from media time `start` to `until` to the reader of `readings`,
-        primed and checked as a pass of its kind would be here."""
+        primed and checked as a pass of its kind would be here; a reading decoded unprimed and
+        primed as two steps, the unprimed one landing first (`reread_unprimed_first`)."""
         span = self._span(until, start)
         if span is None:
             return
