@@ -801,6 +801,28 @@ def test_a_primed_background_reading_can_land_its_unprimed_words_first(
         assert any(r.replaced_text == "in the van" and r.text == "engine" for r in base)
 
 
+def test_a_primed_step_reuses_its_unprimed_decode_when_another_streams_reading_ran_between(
+    clip: np.ndarray,
+) -> None:
+    """One reader serves several streams: a job of another stream may run between the
+    unprimed step of a reading and its primed step; the primed step still reuses its own
+    unprimed decode (one unprimed and one primed decode for it, one for the other job)."""
+    accurate = UnprimedMishearingTranscriber(clip, _truth_words())
+    reader = BackgroundReader(AsrConfig(), transcriber=accurate)
+    audio, other = clip[: 4 * SR].copy(), clip[SR : 3 * SR].copy()
+    primed = Reread(audio, 0.0, "", 0.0, 4.0, "merged", ["engine"], follows=True)
+    first = Reread(audio, 0.0, "", 0.0, 4.0, then=primed)
+
+    async def run() -> None:
+        await reader.read(first)
+        await reader.read(Reread(other, 1.0, "", 1.0, 3.0))  # another stream's reading
+        await reader.read(primed)
+
+    asyncio.run(run())
+    reader.close()
+    assert [bool(h) for h in accurate.hotwords] == [False, False, True]
+
+
 def test_priming_is_trusted_once_the_speech_says_terms_on_screen(clip: np.ndarray) -> None:
     """Guarded ('all'), each pass is read unprimed and primed. Slides whose terms the speech
     says ("test", "covers", "slides" in the first sentence) are trusted after

@@ -118,8 +118,9 @@ class BackgroundReader:
         self.busy_s = 0.0
         self.replaced = 0
         self._users = 0
-        # The last unprimed reading a primed one follows: its audio, prompt and raw words.
-        self._unprimed: tuple[np.ndarray, str, list[Word]] | None = None
+        # Raw words of unprimed readings a primed one follows, by the id of that primed job
+        # (`Reread.then`): kept until it runs, whatever other streams' jobs run between.
+        self._unprimed: dict[int, list[Word]] = {}
 
     def attach(self) -> None:
         self._users += 1
@@ -148,17 +149,14 @@ class BackgroundReader:
 
     def _read(self, job: Reread) -> tuple[list[Word], list[str]]:
         started = time.perf_counter()
-        unprimed, self._unprimed = self._unprimed, None
-        if unprimed is not None and (unprimed[0] is not job.audio or unprimed[1] != job.prompt):
-            unprimed = None
         try:
             words, terms = read_pass(
                 self.transcriber, job.audio, job.prompt, job.mode, job.terms,
                 check=job.check, min_p=self.config.prime_score_min_p,
-                unprimed=None if unprimed is None else unprimed[2],
+                unprimed=self._unprimed.pop(id(job), None),
             )  # fmt: skip
             if job.then is not None:
-                self._unprimed = (job.audio, job.prompt, words)
+                self._unprimed[id(job.then)] = words
         finally:
             self.passes += 1
             self.busy_s += time.perf_counter() - started
