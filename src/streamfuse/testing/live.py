@@ -217,15 +217,26 @@ class RtspServer:
         return f"rtsp://127.0.0.1:{self.client_port}/{path}"
 
     def wait_published(self, path: str = "live", timeout_s: float = 20.0) -> None:
-        """Until a sender has announced `path` (a reader's DESCRIBE gets 200, not 404)."""
+        """Until a sender has announced `path` (a reader's DESCRIBE gets 200, not 404) and
+        started recording it. The relay mounts `path` at the sender's ANNOUNCE but adds each
+        stream only at that stream's SETUP: a reader joining in between gets 404 for the streams
+        not set up yet. At RECORD the relay binds an RTP and an RTCP port per stream, so the
+        stream is whole once the relay holds two UDP sockets per stream of the description."""
+        import psutil
+
         deadline = time.monotonic() + timeout_s
         request = f"DESCRIBE {self.url(path)} RTSP/1.0\r\nCSeq: 1\r\n\r\n".encode()
+        streams = 0
         while time.monotonic() < deadline:
-            with socket.create_connection(("127.0.0.1", self.client_port), timeout=2.0) as conn:
-                conn.sendall(request)
-                if b" 200 " in conn.recv(4096).split(b"\r\n", 1)[0]:
-                    return
-            time.sleep(0.1)
+            if not streams:
+                with socket.create_connection(("127.0.0.1", self.client_port), 2.0) as conn:
+                    conn.sendall(request)
+                    reply = _rtsp_reply(conn)
+                if b" 200 " in reply.split(b"\r\n", 1)[0]:
+                    streams = reply.count(b"\nm=")
+            if streams and len(psutil.Process(self.proc.pid).net_connections("udp")) >= 2 * streams:
+                return
+            time.sleep(0.05)
         raise TimeoutError(f"nothing published at {self.url(path)} within {timeout_s} s")
 
     def wait_reader(self, timeout_s: float = 120.0) -> None:
@@ -283,6 +294,31 @@ def wait_udp_listener(port: int, timeout_s: float = 60.0) -> None:
             return
         time.sleep(0.05)
     raise TimeoutError(f"nothing listened on UDP port {port} within {timeout_s} s")
+
+
+def _rtsp_reply(conn: socket.socket) -> bytes:
+    """One RTSP reply, its head and the body its Content-Length announces."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(4096)
+        if not chunk:
+            return data
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = next(
+        (
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        ),
+        0,
+    )
+    while len(body) < length:
+        chunk = conn.recv(4096)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
 
 
 def _accepts(port: int) -> bool:
