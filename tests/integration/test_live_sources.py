@@ -273,7 +273,7 @@ def test_rtsp_pulled_from_a_real_server(media: Path, join: str) -> None:
         # timeline starts at its first packet.
         assert audio[0].t_media < 0.6 and len(audio) >= len(ref_audio) - 30
         covered = sum(f.t_end - f.t_media for f in audio)
-        assert audio[-1].t_end - audio[0].t_media == pytest.approx(covered, abs=0.1)
+        assert audio[-1].t_end - audio[0].t_media == pytest.approx(covered, abs=0.25)
         assert len(video) >= 0.6 * len(ref_video)
 
 
