@@ -94,6 +94,7 @@ from streamfuse.pipeline import FrameEmitted, Observer, Pipeline, Stage  # noqa:
 from streamfuse.sinks import CollectSink  # noqa: E402
 from streamfuse.sources.media import MediaSource  # noqa: E402
 from streamfuse.stats import percentiles  # noqa: E402
+from streamfuse.testing.machine import cpu_description  # noqa: E402
 from streamfuse.text import normalize_english, wer  # noqa: E402
 
 
@@ -641,6 +642,7 @@ def main(argv: list[str] | None = None) -> int:
         reviser = WhisperTranscriber(config.model_copy(update={"model": config.effort_model}))
         reviser.load()
         reviser_model = reviser._model
+    print(f"cpu: {cpu_description()}")
     print(
         f"model: {config.model}  beam: {config.beam_size}  threads: {config.cpu_threads}  "
         f"realtime: {args.realtime}  clips: {len(clips)}  systems: {', '.join(systems)}"

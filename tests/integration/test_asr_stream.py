@@ -83,13 +83,14 @@ def test_build_pipeline_primes_each_asr_stage_with_its_streams_ocr() -> None:
     from streamfuse.app import StreamfuseConfig, build_pipeline
 
     clip = ASSETS / "short.mp4"
-    primed = StreamfuseConfig(asr_config=AsrConfig(prime_max_terms=20))
+    primed = StreamfuseConfig()  # priming is on by default
     job = asyncio.run(build_pipeline([str(clip)], primed, [CollectSink()]))
     (asr,) = [s for s in job.pipeline.stages if isinstance(s, AsrStage)]
     assert asr.screen_terms is not None and asr.screen_terms.stream_id == clip.stem
     assert asr.screen_terms in job.pipeline.observers
-    # No OCR on the stream, or priming off (the default): nothing to prime with.
-    for config in (StreamfuseConfig(ocr=False, asr_config=primed.asr_config), StreamfuseConfig()):
+    # No OCR on the stream, or priming off: nothing to prime with.
+    off = StreamfuseConfig(asr_config=AsrConfig(prime_max_terms=0))
+    for config in (StreamfuseConfig(ocr=False), off):
         job = asyncio.run(build_pipeline([str(clip)], config, [CollectSink()]))
         (asr,) = [s for s in job.pipeline.stages if isinstance(s, AsrStage)]
         assert asr.screen_terms is None
