@@ -435,8 +435,9 @@ class AsrConfig(BaseModel):
         "readings are primed (guarded and checked as `prime_guard` and `prime_check` say), so "
         "first commits never wait for a primed decode and the slide terms get in as "
         "revisions. Without a reviser (`effort` other than 0), the stream's passes are primed "
-        "whatever this says. On, live: matching slides -29.6% instead of -23.5%, but the dev "
-        "first-commit p95 3.3 s instead of 2.9 s (two decodes per full pass).",
+        "whatever this says. On, in one live run beside off: matching slides -29.6% instead of "
+        "-23.5%, but the dev first-commit p95 3.3 s instead of 2.9 s (two decodes per full "
+        "pass).",
     )
     prime_window_s: float = Field(
         60.0, ge=1.0, le=600.0, description="Slide priming: terms on screen this recently."

@@ -85,6 +85,9 @@ class Reread:
     then: Reread | None = None
     #: Whether this primed reading follows the unprimed one of the same audio (`then`).
     follows: bool = False
+    #: Where the unprimed step leaves its raw words for the primed step that follows it (on
+    #: that step: whatever other jobs run between the two, it reuses this decode).
+    unprimed: list[list[Word]] = field(default_factory=list, compare=False, repr=False)
 
 
 class BackgroundReader:
@@ -118,9 +121,6 @@ class BackgroundReader:
         self.busy_s = 0.0
         self.replaced = 0
         self._users = 0
-        # Raw words of unprimed readings a primed one follows, by the id of that primed job
-        # (`Reread.then`): kept until it runs, whatever other streams' jobs run between.
-        self._unprimed: dict[int, list[Word]] = {}
 
     def attach(self) -> None:
         self._users += 1
@@ -153,10 +153,10 @@ class BackgroundReader:
             words, terms = read_pass(
                 self.transcriber, job.audio, job.prompt, job.mode, job.terms,
                 check=job.check, min_p=self.config.prime_score_min_p,
-                unprimed=self._unprimed.pop(id(job), None),
+                unprimed=job.unprimed[0] if job.follows and job.unprimed else None,
             )  # fmt: skip
             if job.then is not None:
-                self._unprimed[id(job.then)] = words
+                job.then.unprimed[:] = [words]
         finally:
             self.passes += 1
             self.busy_s += time.perf_counter() - started
