@@ -138,3 +138,44 @@ def test_kv_write_and_greedy_head(kern) -> None:  # type: ignore[no-untyped-def]
     x = torch.randn(3, 16)
     acc, _ = head.accumulate(x)
     assert kern.argmax_scaled(acc, head.scale).tolist() == head(x).argmax(-1).tolist()
+
+
+def test_int8_gemv_equals_int_mm_bit_for_bit(kern) -> None:  # type: ignore[no-untyped-def]
+    if not kern.has_int8_gemv():
+        pytest.skip("this CPU has no AVX-512 VNNI: the model keeps torch._int_mm")
+    torch.manual_seed(6)
+    # K off the 64-byte vector (masked tail) and below it; N off the 4-row block; the int8
+    # extremes (-128 shifts to 0 in the unsigned operand); a strided activation view.
+    for m, k, n in [(1, 640, 1536), (3, 100, 37), (8, 64, 4), (5, 7, 9), (9, 130, 70)]:
+        w = torch.randint(-128, 128, (n, k), dtype=torch.int8)
+        w[0] = -128
+        x = torch.randint(-128, 128, (m, k + 3), dtype=torch.int8)[:, 2 : k + 2]
+        x[0, :] = 127
+        lin = Int8Linear(w, torch.ones(n))
+        want = x.int() @ w.int().t()
+        got = kern.int8_gemv(x, lin.qweight, lin.row_sums_128)
+        assert got.dtype == torch.int32 and torch.equal(got, want), (m, k, n)
+    with pytest.raises(RuntimeError, match="do not match"):
+        kern.int8_gemv(x, w[:, 1:].contiguous(), lin.row_sums_128)
+
+
+def test_gemv_and_int_mm_models_decode_the_same_tokens(kern) -> None:  # type: ignore[no-untyped-def]
+    base = tiny_model(seed=7, weights="int8")
+    fast = GemmaModel(base.config, base.weights, fused=True)
+    plain = GemmaModel(base.config, base.weights, fused=True)
+    plain.gemv_rows = 0  # every product through torch._int_mm
+    if not kern.has_int8_gemv():
+        assert fast.gemv_rows == 0
+        pytest.skip("this CPU has no AVX-512 VNNI: nothing to compare")
+    assert fast.gemv_rows == GemmaModel.GEMV_MAX_ROWS
+    prompt = list(range(3, 3 + 12))  # 12 rows: the prompt itself goes through _int_mm
+    runs = []
+    for model in (fast, plain):
+        pool = model.kv_pool(num_slots=1, max_tokens=64)
+        logits = [model.forward(torch.tensor(prompt), [Segment(0, 0, len(prompt))], pool)[-1]]
+        for i in range(8):  # one row per step: the compiled product in `fast`
+            seg = [Segment(0, len(prompt) + i, 1)]
+            token = torch.tensor([int(logits[-1].argmax())])
+            logits.append(model.forward(token, seg, pool)[0])
+        runs.append(torch.stack(logits))
+    assert torch.equal(runs[0], runs[1])  # exact products: the same logits, bit for bit

@@ -156,6 +156,10 @@ def _rope(x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
 class GemmaModel:
     """Gemma 3 text forward over the slot pool. Not thread-safe: one engine thread drives it."""
 
+    #: Up to this many rows, the compiled int8 product beats oneDNN's on every layer shape
+    #: (`benchmarks/int8_gemv.py`); past it, oneDNN's blocked GEMM wins.
+    GEMV_MAX_ROWS = 8
+
     def __init__(self, config: GemmaConfig, weights: GemmaWeights, fused: bool = True) -> None:
         """`fused`: run int8 layers through the compiled kernels (`lm.kernels`) when they can
         be built here; same math as the eager ops, ~4x fewer calls per layer."""
@@ -195,6 +199,12 @@ class GemmaModel:
             from streamfuse.lm.kernels import load_kernels
 
             self._kernels = load_kernels()
+        #: The compiled AVX-512 VNNI product serves calls of at most this many rows (decoding,
+        #: batched decoding, draft verification); longer prompt chunks go to torch._int_mm
+        #: (oneDNN, AMX where present). Both are exact, so which one ran never shows in a token.
+        self.gemv_rows = (
+            self.GEMV_MAX_ROWS if self._kernels is not None and self._kernels.has_int8_gemv() else 0
+        )
 
     @property
     def fused(self) -> bool:
@@ -336,7 +346,8 @@ class GemmaModel:
         if greedy:
             head = self.weights.output
             if self._kernels is not None and isinstance(head, Int8Linear):
-                return self._kernels.argmax_scaled(head.accumulate(x)[0], head.scale)
+                xq, _ = head.quantize_input(x)
+                return self._kernels.argmax_scaled(self._int8_product(xq, head), head.scale)
             return head.argmax(x)
         logits = self.weights.output(x)
         if c.final_logit_softcapping is not None:
@@ -390,7 +401,7 @@ class GemmaModel:
         H, KV, D = c.num_heads, c.num_kv_heads, c.head_dim
         qkv, o, gate_up, down = self._int8[li]
         xq, amax = kern.rms_norm_quantize(x, lw.attn_norm, eps)
-        acc = torch._int_mm(xq, qkv._qweight_t)
+        acc = self._int8_product(xq, qkv)
         qk, v = kern.qkv_norm_rope_acc(
             acc, amax, qkv._out_scale, self._qk_norm[li], cos, sin, H, KV, D, eps
         )
@@ -399,15 +410,21 @@ class GemmaModel:
         attn = self._attention(li, qk[:, :H], segments, pool)
         aq, amax = kern.quantize_rows(attn)
         x = kern.add_rms_norm_acc(
-            x, torch._int_mm(aq, o._qweight_t), amax, o._out_scale, lw.post_attn_norm, eps
+            x, self._int8_product(aq, o), amax, o._out_scale, lw.post_attn_norm, eps
         )
         hq, amax = kern.rms_norm_quantize(x, lw.pre_ffn_norm, eps)
         gq, amax = kern.geglu_quantize_acc(
-            torch._int_mm(hq, gate_up._qweight_t), amax, gate_up._out_scale
+            self._int8_product(hq, gate_up), amax, gate_up._out_scale
         )
         return kern.add_rms_norm_acc(
-            x, torch._int_mm(gq, down._qweight_t), amax, down._out_scale, lw.post_ffn_norm, eps
+            x, self._int8_product(gq, down), amax, down._out_scale, lw.post_ffn_norm, eps
         )
+
+    def _int8_product(self, xq: Tensor, lin: Int8Linear) -> Tensor:
+        """Exact int32 products of int8 rows `xq` with `lin`'s weight (see `gemv_rows`)."""
+        if xq.shape[0] <= self.gemv_rows:
+            return self._kernels.int8_gemv(xq, lin.qweight, lin.row_sums_128)
+        return torch._int_mm(xq, lin._qweight_t)
 
     def _attend(
         self,

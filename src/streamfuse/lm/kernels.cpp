@@ -6,10 +6,16 @@
 // RoPE, GeGLU + quantization) so a layer is ~20 calls. Every kernel loops row by row with a
 // fixed summation order, so a row's result never depends on which other rows share the call:
 // greedy decoding, batched decoding and speculative verification stay token-identical.
+#include <ATen/Parallel.h>
 #include <torch/extension.h>
 
 #include <cmath>
 #include <vector>
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
+#include <immintrin.h>
+#define STREAMFUSE_VNNI 1
+#endif
 
 namespace {
 
@@ -196,6 +202,115 @@ void write_kv(at::Tensor kc, at::Tensor vc, const at::Tensor& k, const at::Tenso
   }
 }
 
+
+#ifdef STREAMFUSE_VNNI
+namespace {
+
+constexpr int64_t kRowBlock = 4;    // weight rows per block
+constexpr int64_t kPrefetchBlocks = 2;  // blocks ahead that are prefetched (a prefetch past the
+                                        // end of the weight is harmless: it never faults)
+
+// NR weight rows against MR activation rows, all K: AVX-512 VNNI multiplies unsigned by signed
+// bytes, so the activations enter shifted by +128 (`xu`) and 128 * (the weight row's sum) comes
+// off afterwards (`comp`). Integer sums are exact, so the result equals torch._int_mm's bit
+// for bit, whatever the order.
+template <int NR, int MR>
+inline void dot_block(const int8_t* w, int64_t ldw, const uint8_t* xu, int64_t K,
+                      const int32_t* comp, int32_t* out, int64_t ldo) {
+  __m512i acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_setzero_si512();
+  int64_t k = 0;
+  for (; k + 64 <= K; k += 64) {
+    __m512i wv[NR];
+    for (int n = 0; n < NR; ++n) {
+      const int8_t* ahead = w + (n + kPrefetchBlocks * kRowBlock) * ldw + k;
+      _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
+      wv[n] = _mm512_loadu_si512(w + n * ldw + k);
+    }
+    for (int m = 0; m < MR; ++m) {
+      const __m512i xv = _mm512_loadu_si512(xu + m * K + k);
+      for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_dpbusd_epi32(acc[m][n], xv, wv[n]);
+    }
+  }
+  if (k < K) {  // the last partial 64 bytes: masked-off lanes load as zero on both sides
+    const __mmask64 mask = (1ULL << (K - k)) - 1;
+    __m512i wv[NR];
+    for (int n = 0; n < NR; ++n) wv[n] = _mm512_maskz_loadu_epi8(mask, w + n * ldw + k);
+    for (int m = 0; m < MR; ++m) {
+      const __m512i xv = _mm512_maskz_loadu_epi8(mask, xu + m * K + k);
+      for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_dpbusd_epi32(acc[m][n], xv, wv[n]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int n = 0; n < NR; ++n) out[m * ldo + n] = _mm512_reduce_add_epi32(acc[m][n]) - comp[n];
+}
+
+template <int NR>
+inline void dot_rows(const int8_t* w, int64_t ldw, const uint8_t* xu, int64_t M, int64_t K,
+                     const int32_t* comp, int32_t* out, int64_t ldo) {
+  int64_t m = 0;
+  for (; m + 4 <= M; m += 4) dot_block<NR, 4>(w, ldw, xu + m * K, K, comp, out + m * ldo, ldo);
+  switch (M - m) {
+    case 3: dot_block<NR, 3>(w, ldw, xu + m * K, K, comp, out + m * ldo, ldo); break;
+    case 2: dot_block<NR, 2>(w, ldw, xu + m * K, K, comp, out + m * ldo, ldo); break;
+    case 1: dot_block<NR, 1>(w, ldw, xu + m * K, K, comp, out + m * ldo, ldo); break;
+    default: break;
+  }
+}
+
+}  // namespace
+#endif
+
+// Whether this build has the AVX-512 VNNI product below (else callers use torch._int_mm).
+bool has_int8_gemv() {
+#ifdef STREAMFUSE_VNNI
+  return true;
+#else
+  return false;
+#endif
+}
+
+// Exact int32 products of a few int8 rows x (M, K) with a row-major int8 weight w (N, K):
+// (M, N), equal to torch._int_mm(x, w.t()). `comp` is 128 * each weight row's sum (N,).
+// Built for decoding (M of 1 to a few): the weight streams from memory once, each block of
+// rows meeting every activation row while it is in L1, spread over torch's threads by rows.
+at::Tensor int8_gemv(const at::Tensor& x, const at::Tensor& w, const at::Tensor& comp) {
+#ifdef STREAMFUSE_VNNI
+  check_rows(x, at::kChar, "x");
+  check_rows(w, at::kChar, "w");
+  TORCH_CHECK(w.is_contiguous() && comp.is_contiguous(), "w and comp must be contiguous");
+  TORCH_CHECK(comp.scalar_type() == at::kInt, "comp must be int32");
+  const int64_t M = x.size(0), K = x.size(1), N = w.size(0);
+  TORCH_CHECK(w.size(1) == K && comp.numel() == N, "x (", M, ", ", K, ") w (", N, ", ",
+              w.size(1), ") comp ", comp.numel(), ": shapes do not match");
+  auto out = at::empty({M, N}, x.options().dtype(at::kInt));
+  std::vector<uint8_t> xu(M * K);
+  for (int64_t m = 0; m < M; ++m) {
+    const int8_t* xr = x.data_ptr<int8_t>() + m * x.stride(0);
+    for (int64_t k = 0; k < K; ++k) xu[m * K + k] = static_cast<uint8_t>(xr[k]) ^ 0x80u;
+  }
+  const int8_t* wp = w.data_ptr<int8_t>();
+  const int32_t* cp = comp.data_ptr<int32_t>();
+  int32_t* op = out.data_ptr<int32_t>();
+  const int64_t blocks = (N + kRowBlock - 1) / kRowBlock;
+  at::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t n = b * kRowBlock;
+      switch (std::min<int64_t>(kRowBlock, N - n)) {
+        case 4: dot_rows<4>(wp + n * K, K, xu.data(), M, K, cp + n, op + n, N); break;
+        case 3: dot_rows<3>(wp + n * K, K, xu.data(), M, K, cp + n, op + n, N); break;
+        case 2: dot_rows<2>(wp + n * K, K, xu.data(), M, K, cp + n, op + n, N); break;
+        default: dot_rows<1>(wp + n * K, K, xu.data(), M, K, cp + n, op + n, N); break;
+      }
+    }
+  });
+  return out;
+#else
+  TORCH_CHECK(false, "int8_gemv needs AVX-512 VNNI (this build has none); use torch._int_mm");
+#endif
+}
+
 // Greedy next tokens from the int8 head: per row, the first index maximizing acc * scale
 // (the row's activation scale is one positive factor and cannot change the order).
 at::Tensor argmax_scaled(const at::Tensor& acc, const at::Tensor& scale) {
@@ -236,6 +351,8 @@ at::Tensor argmax_scaled(const at::Tensor& acc, const at::Tensor& scale) {
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("write_kv", &write_kv);
+  m.def("has_int8_gemv", &has_int8_gemv);
+  m.def("int8_gemv", &int8_gemv);
   m.def("argmax_scaled", &argmax_scaled);
   m.def("quantize_rows", &quantize_rows);
   m.def("rms_norm_quantize", &rms_norm_quantize);

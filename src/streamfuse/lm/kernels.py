@@ -90,7 +90,10 @@ def load_kernels() -> Any | None:
                     name=f"streamfuse_lm_kernels_{path.name[-16:]}",
                     sources=[str(SOURCE)],
                     build_directory=str(path),
-                    extra_cflags=["-O3", "-march=native"],
+                    # OpenMP: at::parallel_for in `int8_gemv` spreads rows over torch's
+                    # threads (the process already holds torch's libgomp; no second runtime).
+                    extra_cflags=["-O3", "-march=native", "-fopenmp"],
+                    extra_ldflags=["-fopenmp"],
                     verbose=False,
                 )
         except Exception as e:  # no compiler, no ninja, a build error: eager ops do the work

@@ -10,6 +10,7 @@ decoding token-identical to greedy decoding here, not just "identical up to near
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Protocol
 
 import torch
@@ -89,14 +90,21 @@ class Int8Linear:
     def from_float(cls, weight: Tensor) -> Int8Linear:
         return cls(*quantize_rows(weight))
 
-    def accumulate(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        """Exact int32 products of the int8 rows of `x` (one absmax scale each) and the weight.
+    @cached_property
+    def row_sums_128(self) -> Tensor:
+        """128 x each weight row's sum (int32): what the compiled AVX-512 VNNI product
+        (`kernels.int8_gemv`, unsigned x signed bytes) takes off its +128-shifted activations."""
+        return self.qweight.sum(dim=1, dtype=torch.int32).mul_(128).contiguous()
 
-        Returns (accumulators, row absmax); an all-zero row has absmax 0, so whatever its
-        (undefined) quantized values give is multiplied by 0 afterwards.
-        """
+    def quantize_input(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """The int8 rows of `x` (one absmax scale each) and the row absmax; an all-zero row has
+        absmax 0, so whatever its (undefined) quantized values give is multiplied by 0."""
         amax = x.abs().amax(dim=-1, keepdim=True)
-        xq = x.div(amax).mul_(_QMAX).round_().to(torch.int8)
+        return x.div(amax).mul_(_QMAX).round_().to(torch.int8), amax
+
+    def accumulate(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Exact int32 products of the int8 rows of `x` and the weight, and the row absmax."""
+        xq, amax = self.quantize_input(x)
         return torch._int_mm(xq, self._qweight_t), amax
 
     def __call__(self, x: Tensor) -> Tensor:
