@@ -44,6 +44,8 @@ def test_kernel_path_names_the_layer_path() -> None:
     path = kernel_path(False)
     assert path["layers"] == "eager torch ops"
     assert path["aten_isa"]
+    assert path["int8_gemv"] == "not used"
+    assert kernel_path(True, 8)["int8_gemv"] == "compiled AVX-512 VNNI, calls of <= 8 rows"
     # The probe names what computed the int8 product: a oneDNN primitive with the ISA oneDNN
     # chose (VNNI / AMX machines), or ATen's own kernel (AVX2-only machines: oneDNN logs none).
     gemm = path["int8_gemm"]

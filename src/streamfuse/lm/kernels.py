@@ -177,12 +177,17 @@ def parse_onednn_log(text: str) -> dict[str, str]:
     return out
 
 
-def kernel_path(fused: bool) -> dict[str, Any]:
+def kernel_path(fused: bool, gemv_rows: int = 0) -> dict[str, Any]:
     """Which code ran the model's layers: the compiled kernels (`-march=native`) or eager ops,
-    the ISA ATen's own kernels (attention, norms) dispatch to, and the int8 product's path."""
+    the ISA ATen's own kernels (attention, norms) dispatch to, and the int8 products' paths:
+    the compiled AVX-512 VNNI product for calls of up to `gemv_rows` rows (0: not in use),
+    `torch._int_mm` for the rest."""
     return {
         "layers": "fused C++ (-march=native)" if fused else "eager torch ops",
         "aten_isa": torch.backends.cpu.get_cpu_capability(),
         "onednn": bool(torch.backends.mkldnn.is_available()),
+        "int8_gemv": (
+            f"compiled AVX-512 VNNI, calls of <= {gemv_rows} rows" if gemv_rows else "not used"
+        ),
         "int8_gemm": int8_gemm_path(),
     }
