@@ -9,7 +9,7 @@ from streamfuse.errors import CapacityError
 from streamfuse.lm.config import LMConfig
 from streamfuse.lm.gemma import GemmaModel
 from streamfuse.lm.request import EngineStats, Request, RequestHandle, Sequence
-from streamfuse.lm.scheduler import Scheduler, Work
+from streamfuse.lm.scheduler import HitRateWindow, Scheduler, Work
 from streamfuse.lm.sessions import SessionCache
 from streamfuse.testing.tiny_lm import tiny_model
 
@@ -38,8 +38,14 @@ def make(model: GemmaModel, **over: dict) -> Scheduler:
 _ids = iter(range(1, 1_000_000))
 
 
-def add(sched: Scheduler, prompt: list[int], session: str | None = None, new: int = 5) -> Sequence:
-    req = Request(prompt_ids=tuple(prompt), max_new_tokens=new, session=session)
+def add(
+    sched: Scheduler,
+    prompt: list[int],
+    session: str | None = None,
+    new: int = 5,
+    priority: int = 0,
+) -> Sequence:
+    req = Request(prompt_ids=tuple(prompt), max_new_tokens=new, session=session, priority=priority)
     s = sched.sessions.open(session) if session is not None else None
     seq = Sequence(handle=RequestHandle(None, next(_ids), req), req=req, session=s)  # type: ignore[arg-type]
     sched.add(seq)
@@ -139,3 +145,68 @@ def test_reject_policy_refuses_up_front(model: GemmaModel) -> None:
     with pytest.raises(CapacityError, match="KV slot holds 32"):
         sched.check_fits(30, 5)
     sched.check_fits(27, 5)  # exactly fits
+
+
+def test_hit_rate_window_weighs_tokens_over_the_last_requests() -> None:
+    w = HitRateWindow(3)
+    assert w.rate is None
+    w.record(0, 0)  # nothing to compute: not a request that says anything
+    assert len(w) == 0
+    w.record(90, 100)
+    w.record(0, 100)
+    assert w.rate == pytest.approx(0.45)
+    w.record(100, 100)
+    w.record(100, 100)  # the first (90, 100) leaves the window
+    assert len(w) == 3 and w.rate == pytest.approx(200 / 300)
+
+
+def prefill_rows(work: list[Work]) -> dict[Sequence, int]:
+    return {w.seq: len(w.tokens) for w in work if w.kind == "prefill"}
+
+
+@pytest.mark.parametrize("reschedule", [True, False])
+def test_a_question_has_the_prompt_rows_to_itself_while_prefills_are_heavy(
+    model: GemmaModel, reschedule: bool
+) -> None:
+    sched = make(model, pool={"num_slots": 3}, scheduler={"reschedule": reschedule})
+    notes = add(sched, list(range(10, 30)), session="b")  # background, nothing cached
+    sched.schedule()  # admitted: the hit rate so far is 0 (every token to compute)
+    question = add(sched, list(range(40, 52)), session="a", priority=1)
+    work = sched.schedule()
+    if reschedule:
+        assert prefill_rows(work) == {question: 4}  # the background chunk waits
+        assert sched.stats.rescheduled_steps == 1 and sched.stats.deferred_chunks == 1
+    else:
+        assert prefill_rows(work) == {question: 4, notes: 4}
+        assert sched.stats.deferred_chunks == 0
+    commit(sched, work)
+    while question.pending:
+        commit(sched, sched.schedule())
+    work = sched.schedule()  # the question decodes now: the background prefill goes on
+    assert prefill_rows(work) == {notes: 4}
+
+
+def test_no_rescheduling_while_the_cache_serves_most_context(model: GemmaModel) -> None:
+    sched = make(model, pool={"num_slots": 3})
+    for _ in range(20):
+        sched.hit_rate.record(95, 100)  # recent requests continued from cached context
+    notes = add(sched, list(range(10, 30)), session="b")
+    question = add(sched, list(range(40, 52)), session="a", priority=1)
+    work = sched.schedule()
+    assert sched.hit_rate.rate is not None and sched.hit_rate.rate >= 0.85
+    assert prefill_rows(work) == {question: 4, notes: 4}
+    assert sched.stats.rescheduled_steps == 0
+
+
+def test_a_queued_question_lends_its_priority_to_its_sessions_feed(model: GemmaModel) -> None:
+    sched = make(model, pool={"num_slots": 3})
+    feed = add(sched, list(range(10, 30)), session="a", new=0)  # the question's context
+    other = add(sched, list(range(60, 80)), session="b", new=0)
+    sched.schedule()
+    question = add(sched, [5, 6], session="a", priority=1)  # waits: its feed runs first
+    work = sched.schedule()
+    assert question in sched.waiting
+    # Without the lent priority both feeds rank 0 and share the rows; with it the question's
+    # own context goes alone, and nothing waits on a request that cannot start.
+    assert prefill_rows(work) == {feed: 4} and other in sched.running
+    assert sched.stats.deferred_chunks == 1

@@ -122,6 +122,16 @@ class SchedulerConfig(_Frozen):
         default=128, ge=1, le=65536, description="Largest prompt chunk one sequence adds per step."
     )
     max_running: int = Field(default=16, ge=1, le=1024, description="Sequences decoding at once.")
+    reschedule: bool = Field(
+        default=True,
+        description=(
+            "F19: while the KV-cache hit rate over the last `hit_rate_window` admitted requests "
+            "is below `reschedule_below_hit_rate` (prefills are heavy), prompt chunks of lower "
+            "priority wait for a higher-priority prefill (a question) to finish."
+        ),
+    )
+    hit_rate_window: int = Field(default=100, ge=1, le=100_000, description="Requests counted.")
+    reschedule_below_hit_rate: float = Field(default=0.85, ge=0.0, le=1.0)
 
 
 class SpeculativeConfig(_Frozen):

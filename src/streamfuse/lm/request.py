@@ -92,6 +92,8 @@ class EngineStats:
     moved_tokens: int = 0  # cached rows moved into the gap of a removed window (not recomputed)
     dropped_tokens: int = 0
     cancellations: int = 0
+    rescheduled_steps: int = 0  # steps whose lower-priority prompt chunks waited (F19)
+    deferred_chunks: int = 0  # prompt chunks that waited in those steps
     forward_s: float = 0.0
 
 

@@ -6,7 +6,11 @@ the pool is full the least recently used idle session is evicted, and a request 
 every slot runs), then plans the step within `max_batch_tokens`: decoding sequences first
 (their last token plus prompt-lookup drafts), then prompt chunks of at most `prefill_chunk`
 tokens (a request with `keep_ratio` in one piece), by priority then oldest first, so a long
-prompt never stalls the others. When a sequence's slot would overflow it is truncated to sink +
+prompt never stalls the others. While prefills are heavy (the KV-cache hit rate over the last
+100 admitted requests is under 85%, `HitRateWindow`), a higher-priority prefill (a question)
+has the step's prompt rows to itself: lower-priority chunks wait (F19); a request queued
+behind its own session's running request lends it its priority, so a question's context feed
+never waits on the question. When a sequence's slot would overflow it is truncated to sink +
 window tokens (StreamingLLM), or to sinks + recent + heavy hitters ('heavy_hitter', H2O), or,
 under the 'reject' policy, refused up front (`check_fits`). It sees the pool only through
 `Slot` handles and lengths; the model's part of a truncation is the injected `Compactor`.
@@ -39,6 +43,27 @@ class Compactor(Protocol):
     def compact(self, pool: KVPool, slot: int, length: int, sink: int, keep: int) -> int: ...
 
     def compact_positions(self, pool: KVPool, slot: int, keep: Tensor) -> int: ...
+
+
+class HitRateWindow:
+    """KV-cache reuse over the last `size` admitted requests: the context tokens they continued
+    from the cache over all the tokens their forward needed (cached + to prefill)."""
+
+    def __init__(self, size: int) -> None:
+        self._rows: deque[tuple[int, int]] = deque(maxlen=size)
+
+    def record(self, reused: int, total: int) -> None:
+        if total > 0:
+            self._rows.append((reused, total))
+
+    @property
+    def rate(self) -> float | None:
+        """Token-weighted hit rate (None before any request)."""
+        total = sum(t for _, t in self._rows)
+        return sum(r for r, _ in self._rows) / total if total else None
+
+    def __len__(self) -> int:
+        return len(self._rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +100,7 @@ class Scheduler:
         #: Context feeds admitted with nothing to prefill (their windows were cached whole):
         #: no forward will finish them, so the engine does at once (`take_fed`).
         self._fed: list[Sequence] = []
+        self.hit_rate = HitRateWindow(config.scheduler.hit_rate_window)
         self._sink = config.truncation.sink_tokens
         self._window = config.window_tokens
         #: Attention each cached position received (the 'heavy_hitter' policy's statistic).
@@ -179,6 +205,7 @@ class Scheduler:
             seq.ids, unfed = self.sessions.begin(s, req.version, slot, req.windows)
             seq.pending = unfed + list(req.prompt_ids)
             seq.base_len = len(seq.ids) + len(unfed)
+        self.hit_rate.record(len(seq.ids), len(seq.ids) + len(seq.pending))
         if self.attention is not None:
             # Positions past the reused prefix are rewritten: forget what they received.
             self.attention.clear_from(slot.index, len(seq.ids))
@@ -213,8 +240,14 @@ class Scheduler:
             work.append(Work(seq, tokens, "decode", drafts, True))
             budget -= len(tokens)
         # Then prompt chunks, by priority then oldest first, within what is left of the budget.
-        for seq in sorted(self.running, key=lambda q: -q.req.priority):
-            if not seq.pending or budget <= 0:
+        ranked = self._ranked([q for q in self.running if q.pending])
+        urgent = self._urgent([rank for rank, _ in ranked])
+        deferred = 0
+        for rank, seq in ranked:
+            if urgent is not None and rank < urgent:
+                deferred += 1
+                continue
+            if budget <= 0:
                 continue
             n = min(len(seq.pending), sc.prefill_chunk, budget)
             if seq.req.keep_ratio is not None:
@@ -228,7 +261,38 @@ class Scheduler:
             last = n == len(seq.pending)
             work.append(Work(seq, tokens, "prefill", [], last and seq.req.max_new_tokens > 0))
             budget -= n
+        if deferred:
+            self.stats.rescheduled_steps += 1
+            self.stats.deferred_chunks += deferred
         return work
+
+    def _ranked(self, prefilling: list[Sequence]) -> list[tuple[int, Sequence]]:
+        """Prefilling sequences with their priority, highest first (stable: oldest first among
+        equals); a sequence takes the priority of any request queued behind it in its session
+        (which cannot start before it)."""
+        queued: dict[str, int] = {}
+        for q in self.waiting:
+            if q.session is not None:
+                key = q.session.key
+                queued[key] = max(queued.get(key, q.req.priority), q.req.priority)
+        ranked = [
+            (max(q.req.priority, queued.get(q.session.key, q.req.priority)), q)
+            if q.session is not None
+            else (q.req.priority, q)
+            for q in prefilling
+        ]
+        return sorted(ranked, key=lambda r: -r[0])
+
+    def _urgent(self, ranks: list[int]) -> int | None:
+        """The priority that has this step's prompt rows to itself, or None (no rescheduling:
+        off, prefills are cheap enough, or every prefilling sequence ranks the same)."""
+        sc = self.config.scheduler
+        rate = self.hit_rate.rate
+        if not sc.reschedule or rate is None or rate >= sc.reschedule_below_hit_rate:
+            return None
+        if not ranks or max(ranks) == min(ranks):
+            return None
+        return max(ranks)
 
     # -- truncation -------------------------------------------------------------------------
     def _room(self, seq: Sequence) -> int:
