@@ -163,19 +163,24 @@ def test_gemv_and_int_mm_models_decode_the_same_tokens(kern) -> None:  # type: i
     base = tiny_model(seed=7, weights="int8")
     fast = GemmaModel(base.config, base.weights, fused=True)
     plain = GemmaModel(base.config, base.weights, fused=True)
-    plain.gemv_rows = 0  # every product through torch._int_mm
+    plain.gemv_rows = plain.gemv_head_rows = 0  # every product through torch._int_mm
     if not kern.has_int8_gemv():
-        assert fast.gemv_rows == 0
+        assert fast.gemv_rows == fast.gemv_head_rows == 0
         pytest.skip("this CPU has no AVX-512 VNNI: nothing to compare")
-    assert fast.gemv_rows == GemmaModel.GEMV_MAX_ROWS
-    prompt = list(range(3, 3 + 12))  # 12 rows: the prompt itself goes through _int_mm
-    runs = []
+    assert (fast.gemv_rows, fast.gemv_head_rows) == (8, 16)
+    # 12 rows: the layers take _int_mm, the head the compiled product (logits of every row).
+    prompt = list(range(3, 3 + 12))
+    runs, verified = [], []
     for model in (fast, plain):
-        pool = model.kv_pool(num_slots=1, max_tokens=64)
-        logits = [model.forward(torch.tensor(prompt), [Segment(0, 0, len(prompt))], pool)[-1]]
-        for i in range(8):  # one row per step: the compiled product in `fast`
+        pool = model.kv_pool(num_slots=2, max_tokens=64)
+        first = model.forward(torch.tensor(prompt), [Segment(0, 0, len(prompt))], pool)
+        logits = [first]
+        for i in range(8):  # one row per step: the compiled product for layers and head
             seg = [Segment(0, len(prompt) + i, 1)]
-            token = torch.tensor([int(logits[-1].argmax())])
-            logits.append(model.forward(token, seg, pool)[0])
-        runs.append(torch.stack(logits))
+            token = torch.tensor([int(logits[-1][-1].argmax())])
+            logits.append(model.forward(token, seg, pool))
+        runs.append(torch.cat(logits))
+        # A 10-row greedy verification pass (the head alone on the compiled product).
+        verified.append(model.forward(torch.arange(20, 30), [Segment(1, 0, 10)], pool, greedy=True))
     assert torch.equal(runs[0], runs[1])  # exact products: the same logits, bit for bit
+    assert torch.equal(verified[0], verified[1])

@@ -157,8 +157,11 @@ class GemmaModel:
     """Gemma 3 text forward over the slot pool. Not thread-safe: one engine thread drives it."""
 
     #: Up to this many rows, the compiled int8 product beats oneDNN's on every layer shape
-    #: (`benchmarks/int8_gemv.py`); past it, oneDNN's blocked GEMM wins.
+    #: (`benchmarks/int8_gemv.py`); past it, oneDNN's blocked GEMM wins. The output head (168
+    #: MB, read from memory every call) stays ahead up to twice that: draft verification's 9
+    #: rows (1 + `max_draft` 8) take it too.
     GEMV_MAX_ROWS = 8
+    GEMV_MAX_ROWS_HEAD = 16
 
     def __init__(self, config: GemmaConfig, weights: GemmaWeights, fused: bool = True) -> None:
         """`fused`: run int8 layers through the compiled kernels (`lm.kernels`) when they can
@@ -202,9 +205,9 @@ class GemmaModel:
         #: The compiled AVX-512 VNNI product serves calls of at most this many rows (decoding,
         #: batched decoding, draft verification); longer prompt chunks go to torch._int_mm
         #: (oneDNN, AMX where present). Both are exact, so which one ran never shows in a token.
-        self.gemv_rows = (
-            self.GEMV_MAX_ROWS if self._kernels is not None and self._kernels.has_int8_gemv() else 0
-        )
+        gemv = self._kernels is not None and self._kernels.has_int8_gemv()
+        self.gemv_rows = self.GEMV_MAX_ROWS if gemv else 0
+        self.gemv_head_rows = self.GEMV_MAX_ROWS_HEAD if gemv else 0
 
     @property
     def fused(self) -> bool:
@@ -343,13 +346,21 @@ class GemmaModel:
             x = x.index_select(0, out_rows)
         if return_hidden:
             return x
+        head = self.weights.output
+        fast_head = isinstance(head, Int8Linear) and x.shape[0] <= self.gemv_head_rows
         if greedy:
-            head = self.weights.output
             if self._kernels is not None and isinstance(head, Int8Linear):
                 xq, _ = head.quantize_input(x)
-                return self._kernels.argmax_scaled(self._int8_product(xq, head), head.scale)
+                acc = self._int8_product(xq, head, self.gemv_head_rows)
+                return self._kernels.argmax_scaled(acc, head.scale)
             return head.argmax(x)
-        logits = self.weights.output(x)
+        if fast_head:
+            assert isinstance(head, Int8Linear)
+            xq, amax = head.quantize_input(x)  # what Int8Linear.__call__ computes, bit for bit
+            logits = self._int8_product(xq, head, self.gemv_head_rows).mul(amax)
+            logits.mul_(head._out_scale)
+        else:
+            logits = head(x)
         if c.final_logit_softcapping is not None:
             cap = c.final_logit_softcapping
             logits = torch.tanh(logits / cap) * cap
@@ -420,9 +431,10 @@ class GemmaModel:
             x, self._int8_product(gq, down), amax, down._out_scale, lw.post_ffn_norm, eps
         )
 
-    def _int8_product(self, xq: Tensor, lin: Int8Linear) -> Tensor:
-        """Exact int32 products of int8 rows `xq` with `lin`'s weight (see `gemv_rows`)."""
-        if xq.shape[0] <= self.gemv_rows:
+    def _int8_product(self, xq: Tensor, lin: Int8Linear, max_rows: int | None = None) -> Tensor:
+        """Exact int32 products of int8 rows `xq` with `lin`'s weight: the compiled product for
+        up to `max_rows` rows (default `gemv_rows`; 0 where it is not built), else oneDNN's."""
+        if xq.shape[0] <= (self.gemv_rows if max_rows is None else max_rows):
             return self._kernels.int8_gemv(xq, lin.qweight, lin.row_sums_128)
         return torch._int_mm(xq, lin._qweight_t)
 
