@@ -1,4 +1,5 @@
-"""The kernel build's lock: a build killed mid-way never leaves later processes waiting."""
+"""The kernel build: a build killed mid-way never leaves later processes waiting, and a compiler
+without OpenMP still builds the kernels."""
 
 from __future__ import annotations
 
@@ -44,3 +45,24 @@ def test_the_lock_of_a_killed_builder_is_released(tmp_path: Path) -> None:
         assert time.monotonic() - t0 < 5
     finally:
         holder.kill()
+
+
+def test_a_compiler_without_openmp_still_builds_the_kernels(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import torch.utils.cpp_extension as ext
+
+    from streamfuse.lm import kernels
+
+    calls: list[list[str]] = []
+
+    def fake_load(**kw):  # type: ignore[no-untyped-def]
+        calls.append(kw["extra_cflags"])
+        if "-fopenmp" in kw["extra_cflags"]:
+            raise RuntimeError("fatal error: omp.h: No such file or directory")
+        return "module"
+
+    monkeypatch.setattr(ext, "load", fake_load)
+    monkeypatch.setattr(kernels, "build_dir", lambda: tmp_path)
+    assert kernels._build() == "module"
+    assert calls == [["-O3", "-march=native", "-fopenmp"], ["-O3", "-march=native"]]

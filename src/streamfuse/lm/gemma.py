@@ -347,15 +347,13 @@ class GemmaModel:
         if return_hidden:
             return x
         head = self.weights.output
-        fast_head = isinstance(head, Int8Linear) and x.shape[0] <= self.gemv_head_rows
         if greedy:
             if self._kernels is not None and isinstance(head, Int8Linear):
                 xq, _ = head.quantize_input(x)
                 acc = self._int8_product(xq, head, self.gemv_head_rows)
                 return self._kernels.argmax_scaled(acc, head.scale)
             return head.argmax(x)
-        if fast_head:
-            assert isinstance(head, Int8Linear)
+        if isinstance(head, Int8Linear) and x.shape[0] <= self.gemv_head_rows:
             xq, amax = head.quantize_input(x)  # what Int8Linear.__call__ computes, bit for bit
             logits = self._int8_product(xq, head, self.gemv_head_rows).mul(amax)
             logits.mul_(head._out_scale)

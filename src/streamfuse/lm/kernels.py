@@ -82,24 +82,36 @@ def load_kernels() -> Any | None:
             return _loaded["module"]
         module = None
         try:
-            from torch.utils.cpp_extension import load
-
-            path = build_dir()
-            with build_lock(path):
-                module = load(
-                    name=f"streamfuse_lm_kernels_{path.name[-16:]}",
-                    sources=[str(SOURCE)],
-                    build_directory=str(path),
-                    # OpenMP: at::parallel_for in `int8_gemv` spreads rows over torch's
-                    # threads (the process already holds torch's libgomp; no second runtime).
-                    extra_cflags=["-O3", "-march=native", "-fopenmp"],
-                    extra_ldflags=["-fopenmp"],
-                    verbose=False,
-                )
+            module = _build()
         except Exception as e:  # no compiler, no ninja, a build error: eager ops do the work
             log.warning("fused LM kernels unavailable, using eager ops (%s)", str(e)[:300])
         _loaded["module"] = module
         return module
+
+
+def _build() -> Any:
+    from torch.utils.cpp_extension import load
+
+    path = build_dir()
+    with build_lock(path):
+        # OpenMP: at::parallel_for in `int8_gemv` spreads rows over torch's threads (the
+        # process already holds torch's libgomp, which the module binds to: no second
+        # runtime). A compiler without OpenMP builds the same kernels on one thread.
+        for omp in (["-fopenmp"], []):
+            try:
+                return load(
+                    name=f"streamfuse_lm_kernels_{path.name[-16:]}",
+                    sources=[str(SOURCE)],
+                    build_directory=str(path),
+                    extra_cflags=["-O3", "-march=native", *omp],
+                    extra_ldflags=omp,
+                    verbose=False,
+                )
+            except Exception as e:
+                if not omp:
+                    raise
+                log.warning("building the LM kernels with OpenMP failed, without it: %s", e)
+    raise AssertionError("unreachable")
 
 
 #: The CPU flags that decide which int8 / float paths are fast here (see `cpu_features`).
