@@ -210,6 +210,33 @@ constexpr int64_t kRowBlock = 4;    // weight rows per block
 constexpr int64_t kPrefetchBlocks = 2;  // blocks ahead that are prefetched (a prefetch past the
                                         // end of the weight is harmless: it never faults)
 
+// Sums the 16 lanes of each of 16 accumulators at once (a transposing tree: ~45 instructions
+// instead of 16 separate reductions of ~9), then stores row m's four sums minus `comp`.
+inline void reduce_store_4x4(const __m512i (&acc)[4][4], const int32_t* comp, int32_t* out,
+                             int64_t ldo) {
+  __m512i a[8], b[4];
+  for (int i = 0; i < 8; ++i) {  // pairs: per 128-bit lane, two partial sums of each vector
+    const __m512i x = acc[i / 2][(i % 2) * 2], y = acc[i / 2][(i % 2) * 2 + 1];
+    a[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(x, y), _mm512_unpackhi_epi32(x, y));
+  }
+  for (int j = 0; j < 4; ++j)  // per 128-bit lane: one partial sum of each of 4 vectors
+    b[j] = _mm512_add_epi32(_mm512_unpacklo_epi64(a[2 * j], a[2 * j + 1]),
+                            _mm512_unpackhi_epi64(a[2 * j], a[2 * j + 1]));
+  // Across the four 128-bit lanes: b[j]'s lanes summed into lane j of the result.
+  const __m512i c0 = _mm512_add_epi32(_mm512_shuffle_i32x4(b[0], b[1], 0x88),
+                                      _mm512_shuffle_i32x4(b[0], b[1], 0xDD));
+  const __m512i c1 = _mm512_add_epi32(_mm512_shuffle_i32x4(b[2], b[3], 0x88),
+                                      _mm512_shuffle_i32x4(b[2], b[3], 0xDD));
+  const __m512i d = _mm512_add_epi32(_mm512_shuffle_i32x4(c0, c1, 0x88),
+                                     _mm512_shuffle_i32x4(c0, c1, 0xDD));
+  const __m512i r = _mm512_sub_epi32(
+      d, _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(comp))));
+  alignas(64) int32_t lanes[16];
+  _mm512_store_si512(lanes, r);
+  for (int m = 0; m < 4; ++m)
+    for (int n = 0; n < 4; ++n) out[m * ldo + n] = lanes[m * 4 + n];
+}
+
 // NR weight rows against MR activation rows, all K: AVX-512 VNNI multiplies unsigned by signed
 // bytes, so the activations enter shifted by +128 (`xu`) and 128 * (the weight row's sum) comes
 // off afterwards (`comp`). Integer sums are exact, so the result equals torch._int_mm's bit
@@ -242,8 +269,12 @@ inline void dot_block(const int8_t* w, int64_t ldw, const uint8_t* xu, int64_t K
       for (int n = 0; n < NR; ++n) acc[m][n] = _mm512_dpbusd_epi32(acc[m][n], xv, wv[n]);
     }
   }
-  for (int m = 0; m < MR; ++m)
-    for (int n = 0; n < NR; ++n) out[m * ldo + n] = _mm512_reduce_add_epi32(acc[m][n]) - comp[n];
+  if constexpr (MR == 4 && NR == 4) {
+    reduce_store_4x4(acc, comp, out, ldo);
+  } else {
+    for (int m = 0; m < MR; ++m)
+      for (int n = 0; n < NR; ++n) out[m * ldo + n] = _mm512_reduce_add_epi32(acc[m][n]) - comp[n];
+  }
 }
 
 template <int NR>
