@@ -423,7 +423,7 @@ async def build_pipeline(
                 pipeline.link(change, ocr, policy=policy)
             branch_ends.append(ocr)
         elif config.ocr:
-            warnings.append(_note(stream_id, location, "no usable video stream: OCR skipped"))
+            warnings.append(_note(stream_id, location, NO_VIDEO_NOTE))
         if config.asr and source.has_audio:
             screen = None
             if stream_id in ocr_stages and asr_config.prime_max_terms > 0:
@@ -458,9 +458,7 @@ async def build_pipeline(
                 pipeline.link(source, asr, maxsize=config.audio_queue)
             branch_ends.append(asr)
         elif config.asr:
-            warnings.append(
-                _note(stream_id, location, "no audio stream: speech recognition skipped")
-            )
+            warnings.append(_note(stream_id, location, NO_AUDIO_NOTE))
         for end in branch_ends:
             for sink in sinks:
                 pipeline.link(end, sink, maxsize=256)
@@ -512,6 +510,11 @@ def ocr_executor(vision: VisionConfig) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(
         max_workers=max(1, cores // vision.ocr.intra_op_threads), thread_name_prefix="sf-ocr"
     )
+
+
+#: The notices of an input without the stream a selected path needs (`error` events).
+NO_VIDEO_NOTE = "no usable video stream: OCR skipped"
+NO_AUDIO_NOTE = "no audio stream: speech recognition skipped"
 
 
 def _note(stream_id: str, location: str, message: str) -> ErrorFrame:

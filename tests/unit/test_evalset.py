@@ -63,3 +63,33 @@ def test_word_errors_count_substitutions_deletions_insertions() -> None:
     assert word_errors("the cat sat on the mat", "the cat sit on mat mat too") == (3, 6)
     assert wer("the cat sat on the mat", "the cat sit on mat mat too") == 0.5
     assert wer("", "") == 0.0 and wer("", "noise") == 1.0 and wer("words here", "") == 1.0
+
+
+def test_a_missing_stream_the_truth_does_not_score_is_not_an_item_error(tmp_path: Path) -> None:
+    from streamfuse.app import NO_AUDIO_NOTE, NO_VIDEO_NOTE
+    from streamfuse.evalset import EvalItem, score_item
+    from streamfuse.frames import ErrorFrame
+
+    def error(message: str) -> dict:
+        return ErrorFrame(stream_id="s", stage="input", message=message).to_record()
+
+    slides_only = tmp_path / "slides.truth.json"
+    slides_only.write_text(
+        json.dumps({"duration_s": 5, "ocr": [{"t_start": 0, "t_end": 5, "lines": ["Hi"]}]})
+    )
+    speech_only = tmp_path / "speech.truth.json"
+    speech_only.write_text(
+        json.dumps({"duration_s": 5, "asr": [{"t_start": 0, "t_end": 5, "text": "hi"}]})
+    )
+    records = [
+        error(f"clip.mp4: {NO_AUDIO_NOTE}"),
+        error(f"clip.mp4: {NO_VIDEO_NOTE}"),
+        error("clip.mp4: a corrupt packet was skipped"),
+    ]
+    for truth, kept in (
+        (slides_only, [f"clip.mp4: {NO_VIDEO_NOTE}", "clip.mp4: a corrupt packet was skipped"]),
+        (speech_only, [f"clip.mp4: {NO_AUDIO_NOTE}", "clip.mp4: a corrupt packet was skipped"]),
+    ):
+        item = EvalItem(name="clip", media=tmp_path / "clip.mp4", truth=truth, split="dev")
+        row = score_item(item, records, video=True, audio=False)
+        assert row["errors"] == kept
