@@ -985,7 +985,8 @@ def bench(
         verdict = "within budget" if step.within_budget else "over budget"
         err.print(
             f"{step.streams} stream(s): latency mean {step.latency_mean_ms:.0f} ms, "
-            f"p95 {step.latency_p95_ms:.0f} ms, end lag {step.end_lag_s:.1f} s, "
+            f"p95 {step.latency_p95_ms:.0f} ms, end lag {step.end_lag_s:.1f} s "
+            f"(job end {step.job_end_lag_s:.1f} s), "
             f"{step.watts:.0f} W: {verdict}",
             highlight=False,
         )

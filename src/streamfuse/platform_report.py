@@ -19,7 +19,7 @@ import shutil
 import statistics
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +48,8 @@ class Step:
     streams: int
     latency_mean_ms: float
     latency_p95_ms: float
-    end_lag_s: float
+    end_lag_s: float  # the last ocr/asr result after the clip's end
+    job_end_lag_s: float  # the job's last record (background revisions, final stats)
     cpu_s: float
     joules: float
     watts: float
@@ -147,6 +148,17 @@ def _gpu() -> str | None:
     return out.stdout.strip() or None
 
 
+def end_lags(records: Sequence[dict[str, Any]], clip_s: float) -> tuple[float, float]:
+    """Seconds after the clip's end of the last `ocr`/`asr` result (judged: a stream's results
+    leave in order, so a backlog shows here) and of the job's last record (reported: it also
+    waits for the background reviser's last readings of committed speech, `asr_revision`)."""
+
+    def last(rs: Iterable[dict[str, Any]]) -> float:
+        return max((float(r.get("wall_s") or 0.0) for r in rs), default=0.0) - clip_s
+
+    return last(r for r in records if r["type"] in ("ocr", "asr")), last(records)
+
+
 async def _run_step(
     clip: Path, streams: int, budget_s: float, clip_s: float
 ) -> tuple[Step, list[str]]:
@@ -169,7 +181,7 @@ async def _run_step(
     assert reading is not None
     events = [r for r in sink.records if r["type"] in ("ocr", "asr")]
     latencies = [float(r["latency_ms"]) for r in events]
-    end_lag = max((float(r.get("wall_s") or 0.0) for r in sink.records), default=0.0) - clip_s
+    end_lag, job_end_lag = end_lags(sink.records, clip_s)
     q = percentiles(latencies) if latencies else {"p95": float("inf")}
     mean = statistics.fmean(latencies) if latencies else float("inf")
     errors = sum(r["type"] == "error" for r in sink.records)
@@ -178,6 +190,7 @@ async def _run_step(
         latency_mean_ms=round(mean, 1),
         latency_p95_ms=round(q["p95"], 1),
         end_lag_s=round(end_lag, 2),
+        job_end_lag_s=round(job_end_lag, 2),
         cpu_s=round(reading.cpu_s, 1),
         joules=round(reading.joules, 1),
         watts=round(reading.watts, 1),

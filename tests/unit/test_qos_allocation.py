@@ -271,3 +271,16 @@ def test_the_platform_report_states_the_cpu_frequency() -> None:
     else:
         assert facts["cpufreq"] == freq.summary() and "not exposed" in facts["cpufreq"]
         assert facts["governor"] == "not exposed" and facts["cpu_mhz"] is None
+
+
+def test_the_platform_report_judges_the_last_result_and_reports_the_job_end() -> None:
+    from streamfuse.platform_report import end_lags
+
+    records = [
+        {"type": "ocr", "wall_s": 3.0},
+        {"type": "asr", "wall_s": 20.9},
+        {"type": "asr_revision", "wall_s": 22.1},  # the reviser's last reading
+        {"type": "stats", "wall_s": 22.2},
+    ]
+    assert end_lags(records, 20.0) == pytest.approx((0.9, 2.2))
+    assert end_lags([], 20.0) == (-20.0, -20.0)
