@@ -66,3 +66,6 @@ def test_a_compiler_without_openmp_still_builds_the_kernels(
     monkeypatch.setattr(kernels, "build_dir", lambda: tmp_path)
     assert kernels._build() == "module"
     assert calls == [["-O3", "-march=native", "-fopenmp"], ["-O3", "-march=native"]]
+    calls.clear()
+    assert kernels._build() == "module"  # a later process goes straight to the plain build
+    assert calls == [["-O3", "-march=native"]]

@@ -96,8 +96,10 @@ def _build() -> Any:
     with build_lock(path):
         # OpenMP: at::parallel_for in `int8_gemv` spreads rows over torch's threads (the
         # process already holds torch's libgomp, which the module binds to: no second
-        # runtime). A compiler without OpenMP builds the same kernels on one thread.
-        for omp in (["-fopenmp"], []):
+        # runtime). A compiler without OpenMP builds the same kernels on one thread, and the
+        # marker spares later processes the failing attempt.
+        no_omp = path / "no-openmp"
+        for omp in ([] if no_omp.exists() else ["-fopenmp"], []):
             try:
                 return load(
                     name=f"streamfuse_lm_kernels_{path.name[-16:]}",
@@ -111,6 +113,7 @@ def _build() -> Any:
                 if not omp:
                     raise
                 log.warning("building the LM kernels with OpenMP failed, without it: %s", e)
+                no_omp.touch()
     raise AssertionError("unreachable")
 
 
