@@ -26,11 +26,7 @@ import time
 from importlib import resources
 from typing import Any
 
-import numpy as np
-
-
-def percentile(values: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
+from streamfuse.stats import percentiles
 
 
 def texts(tok: Any, n_tokens: int, count: int, offset: int) -> list[tuple[int, ...]]:
@@ -140,10 +136,10 @@ def main() -> None:
         for on in (True, False) if r % 2 == 0 else (False, True):
             res = phase(model, tok, args, on, seed=r)
             runs[on].append(res)
+            q = percentiles(res["ttft_ms"])
             print(
                 f"round {r} reschedule={'on ' if on else 'off'}: TTFT p50 "
-                f"{statistics.median(res['ttft_ms']):7.1f} ms, p95 "
-                f"{percentile(res['ttft_ms'], 95):7.1f} ms; background "
+                f"{q['p50']:7.1f} ms, p95 {q['p95']:7.1f} ms; background "
                 f"{res['background_tok_s']:6.1f} prompt tok/s, {res['documents']} documents; "
                 f"rescheduled steps {res['rescheduled_steps']}, hit rate "
                 f"{res['hit_rate'] if res['hit_rate'] is None else round(res['hit_rate'], 3)}",
@@ -151,9 +147,9 @@ def main() -> None:
             )
     summary: dict[str, Any] = {}
     for on, key in ((True, "on"), (False, "off")):
-        ttft = [t for res in runs[on] for t in res["ttft_ms"]]
-        summary[f"ttft_p50_ms_{key}"] = round(percentile(ttft, 50), 1)
-        summary[f"ttft_p95_ms_{key}"] = round(percentile(ttft, 95), 1)
+        q = percentiles(t for res in runs[on] for t in res["ttft_ms"])
+        summary[f"ttft_p50_ms_{key}"] = round(q["p50"], 1)
+        summary[f"ttft_p95_ms_{key}"] = round(q["p95"], 1)
         summary[f"background_tok_s_{key}"] = round(
             statistics.mean(r["background_tok_s"] for r in runs[on]), 1
         )

@@ -354,9 +354,8 @@ class GemmaModel:
                 return self._kernels.argmax_scaled(acc, head.scale)
             return head.argmax(x)
         if isinstance(head, Int8Linear) and x.shape[0] <= self.gemv_head_rows:
-            xq, amax = head.quantize_input(x)  # what Int8Linear.__call__ computes, bit for bit
-            logits = self._int8_product(xq, head, self.gemv_head_rows).mul(amax)
-            logits.mul_(head._out_scale)
+            xq, amax = head.quantize_input(x)  # Int8Linear.__call__ with the compiled product
+            logits = head.rescale(self._int8_product(xq, head, self.gemv_head_rows), amax)
         else:
             logits = head(x)
         if c.final_logit_softcapping is not None:

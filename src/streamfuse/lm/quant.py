@@ -111,7 +111,10 @@ class Int8Linear:
         return torch._int_mm(xq, self._qweight_t), amax
 
     def __call__(self, x: Tensor) -> Tensor:
-        acc, amax = self.accumulate(x)
+        return self.rescale(*self.accumulate(x))
+
+    def rescale(self, acc: Tensor, amax: Tensor) -> Tensor:
+        """Float outputs from the int32 products of rows quantized with absmax `amax`."""
         return acc.mul(amax).mul_(self._out_scale)
 
     def argmax(self, x: Tensor) -> Tensor:
