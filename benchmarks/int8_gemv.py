@@ -1,9 +1,10 @@
-"""The LM's int8 products: the compiled AVX-512 VNNI kernel vs torch._int_mm, side by side.
+"""The LM's int8 products: the compiled kernel (AVX-512 VNNI or AVX2) vs torch._int_mm.
 
 Every int8 product of the Gemma runtime is (rows, K) int8 x (N, K) int8 -> (rows, N) int32,
-exact. torch._int_mm runs oneDNN's GEMM (on AMX machines too); `kernels.int8_gemv` streams the
-row-major weight once per call, meeting every activation row while a block of weight rows is in
-L1, over torch's threads. Both are checked equal bit for bit on every shape before timing.
+exact. torch._int_mm runs oneDNN's GEMM (on AMX machines too; on AVX2-only ones ATen's own
+int8 kernel); `kernels.int8_gemv` streams the row-major weight once per call, meeting every
+activation row while a block of weight rows is in L1, over torch's threads. Both are checked
+equal bit for bit on every shape before timing.
 Shapes: Gemma 3 270M's q|k|v, o, gate|up and down projections and its 262,144-row output head,
 at 1 to 32 rows (1 = one stream decoding; 8 = the batched engine; more = prompt chunks).
 Prints the CPU, one line per shape and row count with both times, the weight-read rate and the
@@ -58,14 +59,17 @@ def main() -> None:
     print(f"cpu: {cpu_description()}; torch threads {args.threads}")
     print(f"features: {', '.join(f for f, on in cpu_features().items() if on)}")
     if kern is None or not kern.has_int8_gemv():
-        print("no compiled AVX-512 VNNI product on this machine: the runtime uses torch._int_mm")
+        print("no compiled int8 product on this machine: the runtime uses torch._int_mm")
         print(json.dumps({"gemv": False, "cpu": cpu_description()}))
         return
+    isa = kern.int8_gemv_isa()
+    print(f"compiled product: {isa}")
+    # Weights as quantize_rows makes them ([-127, 127]: the AVX2 form's exact range).
     rows = [int(r) for r in args.rows.split(",")]
     step: dict[int, dict[str, float]] = {}
     for m in rows:
         for name, k, n, per_token in SHAPES:
-            w = torch.randint(-128, 128, (n, k), dtype=torch.int8)
+            w = torch.randint(-127, 128, (n, k), dtype=torch.int8)
             comp = w.sum(dim=1, dtype=torch.int32).mul_(128)
             x = torch.randint(-127, 128, (m, k), dtype=torch.int8)
             if not torch.equal(kern.int8_gemv(x, w, comp), torch._int_mm(x, w.t())):
@@ -93,6 +97,7 @@ def main() -> None:
         json.dumps(
             {
                 "gemv": True,
+                "isa": isa,
                 "decode_step_int8_ms": {
                     str(m): {key: round(v, 3) for key, v in acc.items()} for m, acc in step.items()
                 },

@@ -395,7 +395,7 @@ def main() -> None:
     machine = {
         "cpu": cpu_description(),
         "cpu_features": cpu_features(),
-        "kernel_path": kernel_path(model.fused, model.gemv_rows),
+        "kernel_path": kernel_path(model.fused, model.gemv_rows, model.gemv_isa),
     }
     log.info("machine: %s", json.dumps(machine))
     results.update(machine)

@@ -142,15 +142,20 @@ def test_kv_write_and_greedy_head(kern) -> None:  # type: ignore[no-untyped-def]
 
 def test_int8_gemv_equals_int_mm_bit_for_bit(kern) -> None:  # type: ignore[no-untyped-def]
     if not kern.has_int8_gemv():
-        pytest.skip("this CPU has no AVX-512 VNNI: the model keeps torch._int_mm")
+        pytest.skip("this build has neither AVX-512 VNNI nor AVX2: the model keeps torch._int_mm")
     torch.manual_seed(6)
-    # K off the 64-byte vector (masked tail) and below it; N off the 4-row block; the int8
-    # extremes (-128 shifts to 0 in the unsigned operand); a strided activation view.
+    # The AVX2 form is exact for weights in [-127, 127] (what quantize_rows makes; the model
+    # checks, test below); VNNI for every int8.
+    low = -127 if kern.int8_gemv_isa() == "avx2" else -128
+    # K off the vector (masked or scalar tail) and below it; N off the 4-row block; the int8
+    # extremes (-128 shifts to 0 in VNNI's unsigned operand; in AVX2's it is the magnitude
+    # 128, and 127 x 127 pairs the largest int16 sums); a strided activation view.
     for m, k, n in [(1, 640, 1536), (3, 100, 37), (8, 64, 4), (5, 7, 9), (9, 130, 70)]:
-        w = torch.randint(-128, 128, (n, k), dtype=torch.int8)
-        w[0] = -128
+        w = torch.randint(low, 128, (n, k), dtype=torch.int8)
+        w[0], w[-1] = low, 127
         x = torch.randint(-128, 128, (m, k + 3), dtype=torch.int8)[:, 2 : k + 2]
         x[0, :] = 127
+        x[-1, :] = -128
         lin = Int8Linear(w, torch.ones(n))
         want = x.int() @ w.int().t()
         got = kern.int8_gemv(x, lin.qweight, lin.row_sums_128)
@@ -166,9 +171,15 @@ def test_gemv_and_int_mm_models_decode_the_same_tokens(kern) -> None:  # type: i
     plain.gemv_rows = plain.gemv_head_rows = 0  # every product through torch._int_mm
     if not kern.has_int8_gemv():
         assert fast.gemv_rows == fast.gemv_head_rows == 0
-        pytest.skip("this CPU has no AVX-512 VNNI: nothing to compare")
-    assert (fast.gemv_rows, fast.gemv_head_rows) == (8, 16)
-    # 12 rows: the layers take _int_mm, the head the compiled product (logits of every row).
+        pytest.skip("this build has neither AVX-512 VNNI nor AVX2: nothing to compare")
+    isa = kern.int8_gemv_isa()
+    assert fast.gemv_isa == isa
+    assert (fast.gemv_rows, fast.gemv_head_rows) == (
+        GemmaModel.GEMV_MAX_ROWS[isa],
+        GemmaModel.GEMV_MAX_ROWS_HEAD[isa],
+    )
+    # 12 rows: with VNNI the layers take _int_mm, the head the compiled product (logits of
+    # every row); with AVX2 every call takes the compiled product.
     prompt = list(range(3, 3 + 12))
     runs, verified = [], []
     for model in (fast, plain):
@@ -184,3 +195,17 @@ def test_gemv_and_int_mm_models_decode_the_same_tokens(kern) -> None:  # type: i
         verified.append(model.forward(torch.arange(20, 30), [Segment(1, 0, 10)], pool, greedy=True))
     assert torch.equal(runs[0], runs[1])  # exact products: the same logits, bit for bit
     assert torch.equal(verified[0], verified[1])
+
+
+def test_avx2_product_is_not_used_on_weights_holding_minus_128(kern) -> None:  # type: ignore[no-untyped-def]
+    if kern.int8_gemv_isa() != "avx2":
+        pytest.skip("the weight-range rule is the AVX2 product's")
+    base = tiny_model(seed=7, weights="int8")
+    assert GemmaModel(base.config, base.weights, fused=True).gemv_isa == "avx2"
+    odd = tiny_model(seed=7, weights="int8")
+    down = odd.weights.layers[1].down
+    assert isinstance(down, Int8Linear) and down.symmetric
+    down.qweight[0, 0] = -128  # a loaded weight outside what quantize_rows makes
+    del down.symmetric  # the cached check, as a fresh Int8Linear would compute it
+    model = GemmaModel(odd.config, odd.weights, fused=True)
+    assert (model.gemv_isa, model.gemv_rows, model.gemv_head_rows) == ("", 0, 0)

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from streamfuse.lm.kernels import CPU_FEATURES, cpu_features, kernel_path, parse_onednn_log
+from streamfuse.lm.kernels import (
+    CPU_FEATURES,
+    EVERY_CALL,
+    cpu_features,
+    kernel_path,
+    parse_onednn_log,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -45,7 +51,10 @@ def test_kernel_path_names_the_layer_path() -> None:
     assert path["layers"] == "eager torch ops"
     assert path["aten_isa"]
     assert path["int8_gemv"] == "not used"
-    assert kernel_path(True, 8)["int8_gemv"] == "compiled AVX-512 VNNI, calls of <= 8 rows"
+    assert kernel_path(True, 8, "avx512_vnni")["int8_gemv"] == (
+        "compiled AVX-512 VNNI, calls of <= 8 rows"
+    )
+    assert kernel_path(True, EVERY_CALL, "avx2")["int8_gemv"] == "compiled AVX2, every call"
     # The probe names what computed the int8 product: a oneDNN primitive with the ISA oneDNN
     # chose (VNNI / AMX machines), or ATen's own kernel (AVX2-only machines: oneDNN logs none).
     gemm = path["int8_gemm"]

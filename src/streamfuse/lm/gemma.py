@@ -16,6 +16,7 @@ pre- and post-norms around attention and MLP, embeddings scaled by sqrt(hidden),
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,11 +26,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from streamfuse.lm.kernels import EVERY_CALL
 from streamfuse.lm.kv_pool import KVPool
 from streamfuse.lm.quant import DenseLinear, Int8Linear, Linear
 
 if TYPE_CHECKING:
     from streamfuse.lm.dropping import AttentionObserver, DropPlan
+
+log = logging.getLogger(__name__)
 
 SLIDING = "sliding_attention"
 _SDPA_MIN_ROWS = 32
@@ -156,12 +160,14 @@ def _rope(x: Tensor, cos: Tensor, signed_sin: Tensor) -> Tensor:
 class GemmaModel:
     """Gemma 3 text forward over the slot pool. Not thread-safe: one engine thread drives it."""
 
-    #: Up to this many rows, the compiled int8 product beats oneDNN's on every layer shape
-    #: (`benchmarks/int8_gemv.py`); past it, oneDNN's blocked GEMM wins. The output head (168
+    #: Per instruction set of the compiled int8 product, the most rows a call sends to it
+    #: (`benchmarks/int8_gemv.py`). AVX-512 VNNI: up to 8 rows it beats oneDNN's on every layer
+    #: shape, past that oneDNN's blocked GEMM (AMX where present) wins; the output head (168
     #: MB, read from memory every call) stays ahead up to twice that: draft verification's 9
-    #: rows (1 + `max_draft` 8) take it too.
-    GEMV_MAX_ROWS = 8
-    GEMV_MAX_ROWS_HEAD = 16
+    #: rows (1 + `max_draft` 8) take it too. AVX2: every call, prompt chunks included: without
+    #: VNNI, torch._int_mm runs ATen's own int8 kernel, 13-35x slower at 1 to 512 rows.
+    GEMV_MAX_ROWS = {"avx512_vnni": 8, "avx2": EVERY_CALL}
+    GEMV_MAX_ROWS_HEAD = {"avx512_vnni": 16, "avx2": EVERY_CALL}
 
     def __init__(self, config: GemmaConfig, weights: GemmaWeights, fused: bool = True) -> None:
         """`fused`: run int8 layers through the compiled kernels (`lm.kernels`) when they can
@@ -202,12 +208,26 @@ class GemmaModel:
             from streamfuse.lm.kernels import load_kernels
 
             self._kernels = load_kernels()
-        #: The compiled AVX-512 VNNI product serves calls of at most this many rows (decoding,
-        #: batched decoding, draft verification); longer prompt chunks go to torch._int_mm
-        #: (oneDNN, AMX where present). Both are exact, so which one ran never shows in a token.
-        gemv = self._kernels is not None and self._kernels.has_int8_gemv()
-        self.gemv_rows = self.GEMV_MAX_ROWS if gemv else 0
-        self.gemv_head_rows = self.GEMV_MAX_ROWS_HEAD if gemv else 0
+        #: The compiled int8 product (AVX-512 VNNI, or AVX2: `gemv_isa`) serves calls of at
+        #: most this many rows (decoding, batched decoding, draft verification); longer prompt
+        #: chunks go to torch._int_mm (oneDNN, AMX where present). Both are exact, so which one
+        #: ran never shows in a token.
+        self.gemv_isa = self._gemv_isa()
+        self.gemv_rows = self.GEMV_MAX_ROWS.get(self.gemv_isa, 0)
+        self.gemv_head_rows = self.GEMV_MAX_ROWS_HEAD.get(self.gemv_isa, 0)
+
+    def _gemv_isa(self) -> str:
+        """The compiled product's instruction set, or "" where it cannot serve these weights:
+        the AVX2 form is exact for weights in [-127, 127] only (what `quantize_rows` makes)."""
+        isa: str = self._kernels.int8_gemv_isa() if self._kernels is not None else ""
+        head = self.weights.output
+        lins = [lin for lins in self._int8 for lin in lins]
+        if isinstance(head, Int8Linear):
+            lins.append(head)
+        if isa == "avx2" and not all(lin.symmetric for lin in lins):
+            log.info("int8 weights hold -128: the AVX2 product would not be exact; not used")
+            return ""
+        return isa
 
     @property
     def fused(self) -> bool:

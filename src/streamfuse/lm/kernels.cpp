@@ -10,11 +10,15 @@
 #include <torch/extension.h>
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__)
 #include <immintrin.h>
 #define STREAMFUSE_VNNI 1
+#elif defined(__AVX2__)
+#include <immintrin.h>
+#define STREAMFUSE_AVX2_GEMV 1
 #endif
 
 namespace {
@@ -293,21 +297,92 @@ inline void dot_rows(const int8_t* w, int64_t ldw, const uint8_t* xu, int64_t M,
 }  // namespace
 #endif
 
-// Whether this build has the AVX-512 VNNI product below (else callers use torch._int_mm).
-bool has_int8_gemv() {
-#ifdef STREAMFUSE_VNNI
-  return true;
+#ifdef STREAMFUSE_AVX2_GEMV
+namespace {
+
+constexpr int64_t kRowBlock = 4;
+constexpr int64_t kPrefetchBlocks = 2;
+
+inline int32_t hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// NR weight rows against MR activation rows, all K, with AVX2 alone: `vpmaddubsw` multiplies
+// unsigned by signed bytes and adds pairs into int16 with saturation, so each activation byte
+// enters as its magnitude (`xa`, unsigned) and its sign moves onto the weight byte
+// (`vpsignb`). With weights in [-127, 127] (what `quant.quantize_rows` makes: a -128 weight
+// would flip to -128 instead of +128) a pair is at most 2 x 128 x 127 = 32,512, under int16's
+// 32,767: no sum saturates, and the int32 result equals torch._int_mm's bit for bit.
+template <int NR, int MR>
+inline void dot_block(const int8_t* w, int64_t ldw, const int8_t* xs, const uint8_t* xa,
+                      int64_t K, int32_t* out, int64_t ldo) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int n = 0; n < NR; ++n) acc[m][n] = _mm256_setzero_si256();
+  int64_t k = 0;
+  for (; k + 32 <= K; k += 32) {
+    __m256i wv[NR];
+    for (int n = 0; n < NR; ++n) {
+      const int8_t* ahead = w + (n + kPrefetchBlocks * kRowBlock) * ldw + k;
+      _mm_prefetch(reinterpret_cast<const char*>(ahead), _MM_HINT_T0);
+      wv[n] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + n * ldw + k));
+    }
+    for (int m = 0; m < MR; ++m) {
+      const __m256i sv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xs + m * K + k));
+      const __m256i av = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xa + m * K + k));
+      for (int n = 0; n < NR; ++n) {
+        const __m256i pairs = _mm256_maddubs_epi16(av, _mm256_sign_epi8(wv[n], sv));
+        acc[m][n] = _mm256_add_epi32(acc[m][n], _mm256_madd_epi16(pairs, ones));
+      }
+    }
+  }
+  for (int m = 0; m < MR; ++m) {
+    for (int n = 0; n < NR; ++n) {
+      int32_t sum = hsum_epi32(acc[m][n]);
+      for (int64_t j = k; j < K; ++j)  // the last K % 32 bytes
+        sum += static_cast<int32_t>(xs[m * K + j]) * static_cast<int32_t>(w[n * ldw + j]);
+      out[m * ldo + n] = sum;
+    }
+  }
+}
+
+// Two activation rows per pass: 8 accumulators, 4 weight vectors and the operands fit AVX2's
+// 16 registers (four rows would spill); the weight block stays in L1 between passes.
+template <int NR>
+inline void dot_rows(const int8_t* w, int64_t ldw, const int8_t* xs, const uint8_t* xa,
+                     int64_t M, int64_t K, int32_t* out, int64_t ldo) {
+  int64_t m = 0;
+  for (; m + 2 <= M; m += 2) dot_block<NR, 2>(w, ldw, xs + m * K, xa + m * K, K, out + m * ldo, ldo);
+  if (m < M) dot_block<NR, 1>(w, ldw, xs + m * K, xa + m * K, K, out + m * ldo, ldo);
+}
+
+}  // namespace
+#endif
+
+// Which compiled int8 product this build has: "avx512_vnni", "avx2", or "" (none: callers
+// use torch._int_mm).
+std::string int8_gemv_isa() {
+#if defined(STREAMFUSE_VNNI)
+  return "avx512_vnni";
+#elif defined(STREAMFUSE_AVX2_GEMV)
+  return "avx2";
 #else
-  return false;
+  return "";
 #endif
 }
+
+bool has_int8_gemv() { return !int8_gemv_isa().empty(); }
 
 // Exact int32 products of a few int8 rows x (M, K) with a row-major int8 weight w (N, K):
 // (M, N), equal to torch._int_mm(x, w.t()). `comp` is 128 * each weight row's sum (N,).
 // Built for decoding (M of 1 to a few): the weight streams from memory once, each block of
 // rows meeting every activation row while it is in L1, spread over torch's threads by rows.
 at::Tensor int8_gemv(const at::Tensor& x, const at::Tensor& w, const at::Tensor& comp) {
-#ifdef STREAMFUSE_VNNI
+#if defined(STREAMFUSE_VNNI) || defined(STREAMFUSE_AVX2_GEMV)
   check_rows(x, at::kChar, "x");
   check_rows(w, at::kChar, "w");
   TORCH_CHECK(w.is_contiguous() && comp.is_contiguous(), "w and comp must be contiguous");
@@ -316,10 +391,21 @@ at::Tensor int8_gemv(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
   TORCH_CHECK(w.size(1) == K && comp.numel() == N, "x (", M, ", ", K, ") w (", N, ", ",
               w.size(1), ") comp ", comp.numel(), ": shapes do not match");
   auto out = at::empty({M, N}, x.options().dtype(at::kInt));
+  // The activation rows, packed: +128-shifted (VNNI) or magnitude and sign (AVX2).
   std::vector<uint8_t> xu(M * K);
+#ifdef STREAMFUSE_AVX2_GEMV
+  std::vector<int8_t> xs(M * K);
+#endif
   for (int64_t m = 0; m < M; ++m) {
     const int8_t* xr = x.data_ptr<int8_t>() + m * x.stride(0);
-    for (int64_t k = 0; k < K; ++k) xu[m * K + k] = static_cast<uint8_t>(xr[k]) ^ 0x80u;
+    for (int64_t k = 0; k < K; ++k) {
+#ifdef STREAMFUSE_VNNI
+      xu[m * K + k] = static_cast<uint8_t>(xr[k]) ^ 0x80u;
+#else
+      xs[m * K + k] = xr[k];
+      xu[m * K + k] = static_cast<uint8_t>(xr[k] < 0 ? -static_cast<int32_t>(xr[k]) : xr[k]);
+#endif
+    }
   }
   const int8_t* wp = w.data_ptr<int8_t>();
   const int32_t* cp = comp.data_ptr<int32_t>();
@@ -328,17 +414,27 @@ at::Tensor int8_gemv(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
   at::parallel_for(0, blocks, 16, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t n = b * kRowBlock;
+#ifdef STREAMFUSE_VNNI
       switch (std::min<int64_t>(kRowBlock, N - n)) {
         case 4: dot_rows<4>(wp + n * K, K, xu.data(), M, K, cp + n, op + n, N); break;
         case 3: dot_rows<3>(wp + n * K, K, xu.data(), M, K, cp + n, op + n, N); break;
         case 2: dot_rows<2>(wp + n * K, K, xu.data(), M, K, cp + n, op + n, N); break;
         default: dot_rows<1>(wp + n * K, K, xu.data(), M, K, cp + n, op + n, N); break;
       }
+#else
+      (void)cp;  // the magnitude-and-sign form needs no correction
+      switch (std::min<int64_t>(kRowBlock, N - n)) {
+        case 4: dot_rows<4>(wp + n * K, K, xs.data(), xu.data(), M, K, op + n, N); break;
+        case 3: dot_rows<3>(wp + n * K, K, xs.data(), xu.data(), M, K, op + n, N); break;
+        case 2: dot_rows<2>(wp + n * K, K, xs.data(), xu.data(), M, K, op + n, N); break;
+        default: dot_rows<1>(wp + n * K, K, xs.data(), xu.data(), M, K, op + n, N); break;
+      }
+#endif
     }
   });
   return out;
 #else
-  TORCH_CHECK(false, "int8_gemv needs AVX-512 VNNI (this build has none); use torch._int_mm");
+  TORCH_CHECK(false, "int8_gemv needs AVX-512 VNNI or AVX2 (this build has neither); use torch._int_mm");
 #endif
 }
 
@@ -383,6 +479,7 @@ at::Tensor argmax_scaled(const at::Tensor& acc, const at::Tensor& scale) {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("write_kv", &write_kv);
   m.def("has_int8_gemv", &has_int8_gemv);
+  m.def("int8_gemv_isa", &int8_gemv_isa);
   m.def("int8_gemv", &int8_gemv);
   m.def("argmax_scaled", &argmax_scaled);
   m.def("quantize_rows", &quantize_rows);

@@ -192,17 +192,28 @@ def parse_onednn_log(text: str) -> dict[str, str]:
     return out
 
 
-def kernel_path(fused: bool, gemv_rows: int = 0) -> dict[str, Any]:
+#: How `kernel_path` names the compiled int8 product's instruction sets.
+GEMV_ISA_NAMES = {"avx512_vnni": "AVX-512 VNNI", "avx2": "AVX2"}
+#: A row limit that sends every call to the compiled int8 product.
+EVERY_CALL = 1 << 40
+
+
+def kernel_path(fused: bool, gemv_rows: int = 0, gemv_isa: str = "") -> dict[str, Any]:
     """Which code ran the model's layers: the compiled kernels (`-march=native`) or eager ops,
     the ISA ATen's own kernels (attention, norms) dispatch to, and the int8 products' paths:
-    the compiled AVX-512 VNNI product for calls of up to `gemv_rows` rows (0: not in use),
-    `torch._int_mm` for the rest."""
+    the compiled product (`gemv_isa`: AVX-512 VNNI or AVX2) for calls of up to `gemv_rows`
+    rows (0: not in use), `torch._int_mm` for the rest."""
+    isa = GEMV_ISA_NAMES.get(gemv_isa, gemv_isa)
     return {
         "layers": "fused C++ (-march=native)" if fused else "eager torch ops",
         "aten_isa": torch.backends.cpu.get_cpu_capability(),
         "onednn": bool(torch.backends.mkldnn.is_available()),
         "int8_gemv": (
-            f"compiled AVX-512 VNNI, calls of <= {gemv_rows} rows" if gemv_rows else "not used"
+            "not used"
+            if not gemv_rows
+            else f"compiled {isa}, every call"
+            if gemv_rows >= EVERY_CALL
+            else f"compiled {isa}, calls of <= {gemv_rows} rows"
         ),
         "int8_gemm": int8_gemm_path(),
     }

@@ -91,9 +91,16 @@ class Int8Linear:
         return cls(*quantize_rows(weight))
 
     @cached_property
+    def symmetric(self) -> bool:
+        """Whether every weight lies in [-127, 127] (no -128): what the compiled AVX2 product
+        needs to stay exact (`kernels.int8_gemv`)."""
+        return bool(self.qweight.min() > -128)
+
+    @cached_property
     def row_sums_128(self) -> Tensor:
         """128 x each weight row's sum (int32): what the compiled AVX-512 VNNI product
-        (`kernels.int8_gemv`, unsigned x signed bytes) takes off its +128-shifted activations."""
+        (`kernels.int8_gemv`, unsigned x signed bytes) takes off its +128-shifted activations
+        (the AVX2 form needs no correction and ignores it)."""
         # An int8 product with a row of ones: exact, and unlike a sum to int32, which widens
         # its whole input first (672 MB for the head), it needs no temporary copy.
         ones = torch.ones(1, self.in_features, dtype=torch.int8)
