@@ -381,6 +381,7 @@ bool has_int8_gemv() { return !int8_gemv_isa().empty(); }
 // (M, N), equal to torch._int_mm(x, w.t()). `comp` is 128 * each weight row's sum (N,).
 // Built for decoding (M of 1 to a few): the weight streams from memory once, each block of
 // rows meeting every activation row while it is in L1, spread over torch's threads by rows.
+// On AVX2-only CPUs it serves prompt chunks too (torch._int_mm has no fast int8 path there).
 at::Tensor int8_gemv(const at::Tensor& x, const at::Tensor& w, const at::Tensor& comp) {
 #if defined(STREAMFUSE_VNNI) || defined(STREAMFUSE_AVX2_GEMV)
   check_rows(x, at::kChar, "x");
