@@ -17,8 +17,8 @@ jobs only ever slow a run down). The last line is one JSON object: baseline_tok_
 single_tok_s, batch8_tok_s, spec_speedup, spec_identical, peak_rss_mb, cancel_to_free_ms
 (plus a few more keys after those), and the machine: `cpu`, `cpu_features` (avx2 / avx512f /
 avx512_vnni / amx flags from /proc/cpuinfo) and `kernel_path` (fused kernels or eager ops,
-ATen's ISA, whether decode-sized int8 products ran on the compiled VNNI kernel, and the oneDNN
-ISA and primitive the other int8 products ran on).
+ATen's ISA, which int8 products ran on the compiled kernel, AVX-512 VNNI or AVX2, and the
+oneDNN ISA and primitive the other int8 products ran on).
 
     python benchmarks/lm.py [--quick] [--threads 2] [--skip-baseline] [--smooth-alpha A]
         [--out results.json]
