@@ -8,7 +8,12 @@ per key frame, CER against the local read of the original frame, and (documents)
 the page's true text. The deadline policy's coding ladder (`DeadlineKeepPolicy.ladder`) is
 chosen from this table; docs/edge-cloud.md quotes it.
 
-    python benchmarks/cap_coding.py [--quick] [--cache DIR] [--codings 20x4,16x4,...]
+A coding "glyphPX" (e.g. glyph26) is the glyph-dictionary coding (`transport.glyphs`) of the
+same 2-level text picture at smallest line PX px; suffixes set its match rule: hH (Hausdorff
+px, 0 = exact), xX (largest share of differing pixels, %), tT (differing pixels in a 2x2 block
+that count as a missing stroke), e.g. glyph26h1x15t3.
+
+    python benchmarks/cap_coding.py [--quick] [--cache DIR] [--codings 20x4,16x4,glyph26,...]
 
 Ends with one JSON line. Byte counts and CERs are deterministic; encode times are not.
 """
@@ -16,14 +21,18 @@ Ends with one JSON line. Byte counts and CERs are deterministic; encode times ar
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import pickle
+import re
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 if __name__ == "__main__":
@@ -42,6 +51,7 @@ from edge_cloud import (  # noqa: E402
 from streamfuse.assets import demo_files  # noqa: E402
 from streamfuse.text import collapse_whitespace  # noqa: E402
 from streamfuse.transport.config import TransportConfig  # noqa: E402
+from streamfuse.transport.glyphs import MatchRule, decode_glyphs, encode_glyphs  # noqa: E402
 from streamfuse.transport.patches import TextBoxes, decode_patches, encode_patches  # noqa: E402
 from streamfuse.vision.ocr import RapidOcrEngine  # noqa: E402
 
@@ -87,6 +97,41 @@ def clip_frames(
         with path.open("wb") as f:
             pickle.dump(data, f)
     return data
+
+
+def glyph_rule(coding: str) -> tuple[int, MatchRule]:
+    """ "glyphPX[hH][xX][tT]": the glyph coding at smallest line PX px; optional match rule
+    (Hausdorff px H, largest share of differing pixels X in %, thick-difference count T)."""
+    m = re.fullmatch(r"glyph(\d+)(?:h(\d))?(?:x(\d+))?(?:t(\d))?", coding)
+    if m is None:
+        raise SystemExit(f"unknown coding {coding!r}")
+    rule = MatchRule()
+    if m[2] is not None:
+        rule = dataclasses.replace(rule, hausdorff_px=int(m[2]))
+    if m[3] is not None:
+        rule = dataclasses.replace(rule, max_xor=int(m[3]) / 100)
+    if m[4] is not None:
+        rule = dataclasses.replace(rule, max_thick=int(m[4]))
+    return int(m[1]), rule
+
+
+def rebuilt(
+    frame: Any, boxes: Any, coding: str, config: TransportConfig
+) -> tuple[int, float, np.ndarray, float, float]:
+    """(bytes, scale, the picture the cloud rebuilds, encode s, decode s) of `frame` at
+    `coding`: "PXxLEVELS" (the patch coding, every text patch) or "glyphPX..." (glyphs)."""
+    if coding.startswith("glyph"):
+        px, rule = glyph_rule(coding)
+        t = time.perf_counter()
+        g = encode_glyphs(frame, boxes, config, px, rule)
+        t_enc = time.perf_counter() - t
+        t = time.perf_counter()
+        image = decode_glyphs(g.payload, stream_id="s", arrival_wall=0).image
+        return len(g.payload), g.scale, image, t_enc, time.perf_counter() - t
+    message, t_enc = coded(frame, boxes, coding, config)
+    t = time.perf_counter()
+    image = decode_patches(message.payload, message.shape, stream_id="s", arrival_wall=0).image
+    return len(message.payload), message.scale, image, t_enc, time.perf_counter() - t
 
 
 def coded(frame: Any, boxes: Any, coding: str, config: TransportConfig) -> tuple[Any, float]:
@@ -153,21 +198,20 @@ def main() -> None:
         log(f"{name}: {len(frames)} of {d['key_frames']} key frames sent; {row}")
         row["codings"] = {}
         for coding in args.codings.split(","):
-            sizes, scales, hyps, secs_enc = [], [], [], []
+            sizes, scales, hyps, secs_enc, secs_dec = [], [], [], [], []
             for frame, b in zip(frames, boxes, strict=True):
-                message, dt = coded(frame, b, coding, config)
-                image = decode_patches(
-                    message.payload, message.shape, stream_id="s", arrival_wall=0
-                ).image
-                sizes.append(len(message.payload))
-                scales.append(round(message.scale, 3))
+                size, scale, image, t_enc, t_dec = rebuilt(frame, b, coding, config)
+                sizes.append(size)
+                scales.append(round(scale, 3))
                 hyps.append(read(engine, image))
-                secs_enc.append(dt)
+                secs_enc.append(t_enc)
+                secs_dec.append(t_dec)
             r = {
                 "bytes": sizes,
                 "scales": scales,
                 "cer_vs_local": round(mean_cer(refs, hyps), 4),
                 "encode_ms": round(1000 * sum(secs_enc) / len(secs_enc)),
+                "decode_ms": round(1000 * sum(secs_dec) / len(secs_dec)),
             }
             if truths is not None:
                 r["cer_vs_truth"] = round(

@@ -1,0 +1,623 @@
+"""Symbol (glyph-dictionary) coding of a key frame's text, the way JBIG2's text regions code a
+page: the 2-level text picture the patch coding would send is cut into connected components,
+components that match an earlier one pixel for pixel within a strict tolerance are sent as a
+reference to it, and the rest as new shapes; positions, references and shapes go through one
+adaptive binary range coder (shapes with a JBIG-like 10-pixel context).
+
+`encode_glyphs(frame, text_boxes, config, text_px) -> GlyphMessage` and
+`decode_glyphs(payload, stream_id=..., arrival_wall=...) -> KeyFrame` (raises `WireError` on a
+malformed payload, whatever the bytes). The match rule (`MatchRule`) is what keeps a 6 from
+standing in for an 8: a shape stands in for a component only when each one's ink lies within
+one pixel of the other's (a Hausdorff distance of 1) and few pixels differ.
+"""
+
+from __future__ import annotations
+
+import json
+import lzma
+import math
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import cv2
+import numpy as np
+from scipy import ndimage
+
+from streamfuse.transport.config import TransportConfig
+from streamfuse.transport.patches import importance, noise_sigma, text_scale
+from streamfuse.transport.wire import WireError
+from streamfuse.vision.frames import BBox, KeyFrame
+
+MAGIC = b"GL1"
+#: Shapes larger than this (either side, px; or area) are no glyphs (rules, pictures, inverted
+#: blocks): they go as a packed bitmap beside the symbols.
+MAX_GLYPH_SIDE_PX = 96
+MAX_GLYPH_AREA_PX = 4096
+#: Bounds a decoder holds any payload to (a hostile one must not make it loop for minutes).
+MAX_GLYPHS = 200_000
+MAX_SHAPES = 50_000
+MAX_SIDE_PX = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class MatchRule:
+    """When a dictionary shape may stand in for a component (same box size +-`size_px`):
+    after aligning their boxes, every ink pixel of each lies within `hausdorff_px` (0 or 1) of
+    the other's ink, and the pixels that differ are at most `max_xor` of the component's ink
+    (and never `max_thick` or more of them in any 2x2 block: a thick difference is a stroke
+    one of them lacks)."""
+
+    size_px: int = 1
+    hausdorff_px: int = 1
+    max_xor: float = 0.2
+    max_thick: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class GlyphMessage:
+    payload: bytes
+    scale: float
+    glyphs: int
+    shapes: int
+    #: Components too large for a glyph, sent as a packed bitmap.
+    residual_px: int
+
+
+# -- an adaptive binary range coder (LZMA's: 11-bit probabilities) ----------------------------
+
+_TOP = 1 << 24
+_PROB_BITS = 11
+_PROB_ONE = 1 << _PROB_BITS
+_MOVE = 4
+
+
+class _Encoder:
+    def __init__(self) -> None:
+        self.low = 0
+        self.range = 0xFFFFFFFF
+        self.cache = 0
+        self.cache_size = 1
+        self.out = bytearray()
+
+    def bit(self, probs: list[int], ctx: int, bit: int) -> None:
+        p = probs[ctx]
+        bound = (self.range >> _PROB_BITS) * p
+        if bit:
+            self.low += bound
+            self.range -= bound
+            probs[ctx] = p - (p >> _MOVE)
+        else:
+            self.range = bound
+            probs[ctx] = p + ((_PROB_ONE - p) >> _MOVE)
+        while self.range < _TOP:
+            self.range <<= 8
+            self._shift_low()
+
+    def _shift_low(self) -> None:
+        if self.low < 0xFF000000 or self.low >= 1 << 32:
+            carry = self.low >> 32
+            temp = self.cache
+            while True:
+                self.out.append((temp + carry) & 0xFF)
+                temp = 0xFF
+                self.cache_size -= 1
+                if not self.cache_size:
+                    break
+            self.cache = (self.low >> 24) & 0xFF
+        self.cache_size += 1
+        self.low = (self.low & 0x00FFFFFF) << 8
+
+    def finish(self) -> bytes:
+        for _ in range(5):
+            self._shift_low()
+        return bytes(self.out)
+
+
+class _Decoder:
+    def __init__(self, data: bytes) -> None:
+        if len(data) < 5:
+            raise WireError("glyph message: range-coded stream too short")
+        self.data = data
+        self.pos = 5
+        self.range = 0xFFFFFFFF
+        self.code = int.from_bytes(data[1:5], "big")
+
+    def bit(self, probs: list[int], ctx: int) -> int:
+        p = probs[ctx]
+        bound = (self.range >> _PROB_BITS) * p
+        if self.code < bound:
+            self.range = bound
+            probs[ctx] = p + ((_PROB_ONE - p) >> _MOVE)
+            bit = 0
+        else:
+            self.code -= bound
+            self.range -= bound
+            probs[ctx] = p - (p >> _MOVE)
+            bit = 1
+        while self.range < _TOP:
+            self.range <<= 8
+            if self.pos >= len(self.data):
+                raise WireError("glyph message: range-coded stream ends early")
+            self.code = ((self.code << 8) | self.data[self.pos]) & 0xFFFFFFFF
+            self.pos += 1
+        return bit
+
+
+class _Models:
+    """The adaptive probabilities of every decision (the same on both ends)."""
+
+    #: Integer families: first glyph of a line dx, dy; later glyphs dx, dy; counts; shape h, w.
+    INT_FAMILIES = 8
+    INT_CTX = 64
+
+    def __init__(self) -> None:
+        half = _PROB_ONE // 2
+        self.ints = [half] * (self.INT_FAMILIES * self.INT_CTX)
+        self.new = [half] * 4
+        self.index = [half] * (1 << 17)
+        self.pixels = [half] * 1024
+
+
+_DX_FIRST, _DY_FIRST, _DX, _DY, _COUNT, _H, _W, _DH = range(8)
+
+
+def _put_int(enc: _Encoder, m: _Models, family: int, value: int) -> None:
+    """Exp-Golomb-like: zero flag, sign, bit length in unary, then the bits below the top."""
+    base = family * _Models.INT_CTX
+    probs = m.ints
+    enc.bit(probs, base, 1 if value else 0)
+    if not value:
+        return
+    enc.bit(probs, base + 1, 1 if value < 0 else 0)
+    mag = abs(value)
+    n = mag.bit_length()
+    for i in range(1, n):
+        enc.bit(probs, base + 2 + min(i, 20), 1)
+    enc.bit(probs, base + 2 + min(n, 20), 0)
+    for i in range(n - 2, -1, -1):
+        enc.bit(probs, base + 24 + min(n, 10) * 3 + min(i, 2), (mag >> i) & 1)
+
+
+def _get_int(dec: _Decoder, m: _Models, family: int) -> int:
+    base = family * _Models.INT_CTX
+    probs = m.ints
+    if not dec.bit(probs, base):
+        return 0
+    negative = dec.bit(probs, base + 1)
+    n = 1
+    while dec.bit(probs, base + 2 + min(n, 20)):
+        n += 1
+        if n > 30:
+            raise WireError("glyph message: integer too long")
+    mag = 1
+    for i in range(n - 2, -1, -1):
+        mag = (mag << 1) | dec.bit(probs, base + 24 + min(n, 10) * 3 + min(i, 2))
+    return -mag if negative else mag
+
+
+_INDEX_BITS = 16
+
+
+def _put_index(enc: _Encoder, m: _Models, index: int) -> None:
+    """A dictionary index as 16 binary decisions down a tree (each node its own probability:
+    an adaptive frequency model of the shapes)."""
+    node = 1
+    for i in range(_INDEX_BITS - 1, -1, -1):
+        bit = (index >> i) & 1
+        enc.bit(m.index, node, bit)
+        node = (node << 1) | bit
+
+
+def _get_index(dec: _Decoder, m: _Models) -> int:
+    node = 1
+    for _ in range(_INDEX_BITS):
+        node = (node << 1) | dec.bit(m.index, node)
+    return node - (1 << _INDEX_BITS)
+
+
+# The 10-pixel template (dy, dx) of each context bit: two rows above and the row so far.
+_TEMPLATE = (
+    (-2, -1),
+    (-2, 0),
+    (-2, 1),
+    (-1, -2),
+    (-1, -1),
+    (-1, 0),
+    (-1, 1),
+    (-1, 2),
+    (0, -2),
+    (0, -1),
+)
+
+
+def _put_bitmap(enc: _Encoder, m: _Models, bitmap: np.ndarray) -> None:
+    h, w = bitmap.shape
+    pad = np.zeros((h + 2, w + 4), dtype=np.int32)
+    pad[2:, 2:-2] = bitmap
+    ctx = np.zeros((h, w), dtype=np.int32)
+    for k, (dy, dx) in enumerate(_TEMPLATE):
+        ctx |= pad[2 + dy : 2 + dy + h, 2 + dx : 2 + dx + w] << k
+    probs = m.pixels
+    for c, b in zip(ctx.ravel().tolist(), bitmap.ravel().tolist(), strict=True):
+        enc.bit(probs, c, b)
+
+
+def _get_bitmap(dec: _Decoder, m: _Models, h: int, w: int) -> np.ndarray:
+    rows = [[0] * (w + 4) for _ in range(h + 2)]
+    probs = m.pixels
+    for y in range(2, h + 2):
+        a, b, c = rows[y - 2], rows[y - 1], rows[y]
+        for x in range(2, w + 2):
+            ctx = (
+                a[x - 1]
+                | a[x] << 1
+                | a[x + 1] << 2
+                | b[x - 2] << 3
+                | b[x - 1] << 4
+                | b[x] << 5
+                | b[x + 1] << 6
+                | b[x + 2] << 7
+                | c[x - 2] << 8
+                | c[x - 1] << 9
+            )
+            c[x] = dec.bit(probs, ctx)
+    return np.array([r[2:-2] for r in rows[2:]], dtype=bool)
+
+
+# -- the text picture and its components -------------------------------------------------------
+
+
+def text_bitmap(
+    frame: KeyFrame, text_boxes: list[BBox], config: TransportConfig, text_px: int
+) -> tuple[np.ndarray, float, int, int, list[BBox]]:
+    """The ink of the frame's text patches as the 2-level patch coding cuts it (scaled so the
+    smallest line is `text_px` tall; each text patch split at the middle of its own grey range;
+    a patch of paper alone, range under `noisy_flat_span`, no ink; the ink the smaller side of
+    the cut around each patch, dark or light): (ink, scale, paper grey, ink grey, text boxes
+    scaled)."""
+    p = config.patch_px
+    w, h = frame.size
+    grey = cv2.cvtColor(frame.image, cv2.COLOR_RGB2GRAY)
+    noisy = noise_sigma(grey) >= config.denoise_min_sigma
+    scaled = config.model_copy(update={"text_px": text_px, "noisy_text_px": text_px})
+    scale = text_scale(text_boxes, scaled, noisy=noisy)
+    sw, sh = max(1, round(w * scale)), max(1, round(h * scale))
+    if config.denoise_px > 1 and noisy:
+        k_px = config.denoise_px | 1
+        grey = cv2.GaussianBlur(grey, (k_px, k_px), 0)
+    if (sw, sh) != (w, h):
+        grey = cv2.resize(grey, (sw, sh), interpolation=cv2.INTER_AREA)
+        sx, sy = sw / w, sh / h
+        text_boxes = [
+            (int(x0 * sx), int(y0 * sy), math.ceil(x1 * sx), math.ceil(y1 * sy))
+            for x0, y0, x1, y1 in text_boxes
+        ]
+    rows, cols = math.ceil(sh / p), math.ceil(sw / p)
+    score = importance((sw, sh), text_boxes, (0, 0, 0, 0), p, round(config.text_pad_px * scale))
+    background = int(np.median(grey[:: max(1, sh // 64), :: max(1, sw // 64)]))
+    padded = np.full((rows * p, cols * p), background, dtype=np.uint8)
+    padded[:sh, :sw] = grey
+    tiles = padded.reshape(rows, p, cols, p).transpose(0, 2, 1, 3).reshape(rows * cols, p, p)
+    lo = tiles.min(axis=(1, 2)).astype(np.int16)[:, None, None]
+    hi = tiles.max(axis=(1, 2)).astype(np.int16)[:, None, None]
+    # The patch coding's 2 levels: index 0 (its darkest grey) where rint((v - lo) / span) is 0.
+    dark = (tiles.astype(np.int16) - lo) * 2 <= (hi - lo)
+    text = (score.ravel() > 0) & ((hi - lo).ravel() >= max(1, config.noisy_flat_span))
+    # Which side is the ink: the smaller one around each patch (light text on a dark slide
+    # has more dark than light pixels); over 5x5 patches, as one patch may lie inside a stroke.
+    weight = text.reshape(rows, cols).astype(np.float32)
+    dark_share = dark.mean(axis=(1, 2)).reshape(rows, cols).astype(np.float32) * weight
+    near = cv2.blur(weight, (5, 5), borderType=cv2.BORDER_CONSTANT)
+    light_text = cv2.blur(dark_share, (5, 5), borderType=cv2.BORDER_CONSTANT) > 0.5 * near
+    ink_tiles = np.where(light_text.ravel()[:, None, None], ~dark, dark) & text[:, None, None]
+    sheet = (rows, cols, p, p)
+    ink = ink_tiles.reshape(sheet).transpose(0, 2, 1, 3).reshape(rows * p, cols * p)[:sh, :sw]
+    in_text = np.repeat(np.repeat(text.reshape(rows, cols), p, axis=0), p, axis=1)[:sh, :sw]
+    ink_grey = int(np.median(grey[ink])) if ink.any() else 0
+    paper_px = grey[in_text & ~ink]
+    paper = int(np.median(paper_px)) if paper_px.size else background
+    return np.ascontiguousarray(ink), scale, paper, ink_grey, text_boxes
+
+
+class _Dictionary:
+    """Shapes by box size, and the match of a component against them."""
+
+    def __init__(self, rule: MatchRule) -> None:
+        self.rule = rule
+        self.shapes: list[np.ndarray] = []
+        self.by_size: dict[tuple[int, int], list[int]] = {}
+        self.stacks: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+    def add(self, bitmap: np.ndarray) -> int:
+        index = len(self.shapes)
+        self.shapes.append(bitmap)
+        size = (int(bitmap.shape[0]), int(bitmap.shape[1]))
+        self.by_size.setdefault(size, []).append(index)
+        self.stacks.pop(size, None)
+        return index
+
+    def _stack(self, size: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+        """The shapes of `size` stacked, and each one's ink count."""
+        stack = self.stacks.get(size)
+        if stack is None:
+            shapes = np.stack([self.shapes[i] for i in self.by_size[size]])
+            stack = shapes, shapes.sum(axis=(1, 2))
+            self.stacks[size] = stack
+        return stack
+
+    def match(self, comp: np.ndarray) -> tuple[int, int, int] | None:
+        """(shape, dy, dx): the closest shape that may stand in for `comp`, and where its box
+        lies from the component's top left (0 or -1 when the sizes differ), or None."""
+        rule = self.rule
+        h, w = comp.shape
+        ink = int(comp.sum())
+        budget = rule.max_xor * ink
+        s = rule.size_px
+        best: tuple[int, int, int, int] | None = None
+        pad = s + 1
+        canvas_c = np.zeros((h + 2 * pad, w + 2 * pad), dtype=bool)
+        canvas_c[pad : pad + h, pad : pad + w] = comp
+        for hs in range(h - s, h + s + 1):
+            for ws in range(w - s, w + s + 1):
+                if (hs, ws) not in self.by_size:
+                    continue
+                stack, counts = self._stack((hs, ws))
+                # At least the difference in ink differs: most shapes go here, cheaply.
+                near = np.flatnonzero(np.abs(counts - ink) <= budget)
+                if not near.size:
+                    continue
+                stack = stack[near]
+                ids = [self.by_size[(hs, ws)][i] for i in near.tolist()]
+                # Box alignments: top/left or bottom/right when the sizes differ.
+                for oy in {0, h - hs}:
+                    for ox in {0, w - ws}:
+                        placed = np.zeros((len(ids), h + 2 * pad, w + 2 * pad), dtype=bool)
+                        placed[:, pad + oy : pad + oy + hs, pad + ox : pad + ox + ws] = stack
+                        xor = placed ^ canvas_c
+                        differ = xor.sum(axis=(1, 2))
+                        for j in np.flatnonzero(differ <= budget).tolist():
+                            n = int(differ[j])
+                            if best is not None and n >= best[0]:
+                                continue
+                            if self._close(placed[j], canvas_c, xor[j]):
+                                best = (n, ids[j], oy, ox)
+        return None if best is None else best[1:]
+
+    def _close(self, a: np.ndarray, b: np.ndarray, xor: np.ndarray) -> bool:
+        rule = self.rule
+        if rule.max_thick <= 4:
+            blocks = xor[:-1, :-1].astype(np.int8) + xor[1:, :-1] + xor[:-1, 1:] + xor[1:, 1:]
+            if int(blocks.max(initial=0)) >= rule.max_thick:
+                return False
+        if rule.hausdorff_px == 0:
+            return not xor.any()
+        k = np.ones((2 * rule.hausdorff_px + 1,) * 2, dtype=np.uint8)
+        da = cv2.dilate(a.view(np.uint8), k).astype(bool)
+        db = cv2.dilate(b.view(np.uint8), k).astype(bool)
+        return not ((a & ~db).any() or (b & ~da).any())
+
+
+def _groups(boxes: list[tuple[int, int, int, int]], text_boxes: list[BBox]) -> list[list[int]]:
+    """Components (x0, y0, x1, y1) in reading order: by the text line whose box holds each
+    one's centre (nearest line centre when several), lines top to bottom, left to right in a
+    line; components in no line last, by rows."""
+    lines = sorted(range(len(text_boxes)), key=lambda i: (text_boxes[i][1], text_boxes[i][0]))
+    groups: dict[int, list[int]] = {}
+    for ci, (x0, y0, x1, y1) in enumerate(boxes):
+        cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
+        found, near = -1, math.inf
+        for rank, li in enumerate(lines):
+            bx0, by0, bx1, by1 = text_boxes[li]
+            if bx0 <= cx <= bx1 and by0 <= cy <= by1:
+                d = abs(cy - (by0 + by1) / 2)
+                if d < near:
+                    found, near = rank, d
+        groups.setdefault(found, []).append(ci)
+    out = [
+        sorted(groups[g], key=lambda c: (boxes[c][0], boxes[c][3]))
+        for g in sorted(groups)
+        if g >= 0
+    ]
+    if -1 in groups:
+        out.append(sorted(groups[-1], key=lambda c: (boxes[c][3] // 8, boxes[c][0])))
+    return out
+
+
+def encode_glyphs(
+    frame: KeyFrame,
+    text_boxes: list[BBox],
+    config: TransportConfig,
+    text_px: int = 26,
+    rule: MatchRule | None = None,
+) -> GlyphMessage:
+    """The frame's text as glyphs (its text patches at 2 levels, smallest line `text_px`)."""
+    rule = rule or MatchRule()
+    w, h = frame.size
+    ink, scale, paper, ink_grey, boxes_s = text_bitmap(frame, text_boxes, config, text_px)
+    sh, sw = ink.shape
+    labels, n = ndimage.label(ink, structure=np.ones((3, 3), dtype=bool))
+    slices = ndimage.find_objects(labels)
+    comps: list[tuple[int, int, int, int]] = []
+    bitmaps: list[np.ndarray] = []
+    residual = np.zeros_like(ink)
+    for i, sl in enumerate(slices, start=1):
+        if sl is None:
+            continue
+        ys, xs = sl
+        bh, bw = ys.stop - ys.start, xs.stop - xs.start
+        bitmap = labels[sl] == i
+        if max(bh, bw) > MAX_GLYPH_SIDE_PX or bh * bw > MAX_GLYPH_AREA_PX:
+            residual[sl] |= bitmap
+            continue
+        comps.append((xs.start, ys.start, xs.stop, ys.stop))
+        bitmaps.append(bitmap)
+    enc, models = _Encoder(), _Models()
+    shapes = _Dictionary(rule)
+    groups = _groups(comps, boxes_s)
+    _put_int(enc, models, _COUNT, len(groups))
+    first_x, first_y = 0, 0
+    for group in groups:
+        _put_int(enc, models, _COUNT, len(group))
+        prev_x1, prev_y1 = 0, 0
+        for j, ci in enumerate(group):
+            bitmap = bitmaps[ci]
+            x0, y0, _x1, _y1 = comps[ci]
+            found = shapes.match(bitmap)
+            if found is not None:
+                # The shape goes where it matched: its box may be a pixel larger or smaller.
+                index, oy, ox = found
+                bh, bw = shapes.shapes[index].shape
+                if x0 + ox < 0 or y0 + oy < 0 or x0 + ox + bw > sw or y0 + oy + bh > sh:
+                    found = None
+                else:
+                    x0, y0 = x0 + ox, y0 + oy
+            bh, bw = bitmap.shape if found is None else shapes.shapes[found[0]].shape
+            x1, y1 = x0 + bw, y0 + bh
+            if j == 0:
+                _put_int(enc, models, _DX_FIRST, x0 - first_x)
+                _put_int(enc, models, _DY_FIRST, y1 - first_y)
+                first_x, first_y = x0, y1
+            else:
+                _put_int(enc, models, _DX, x0 - prev_x1)
+                _put_int(enc, models, _DY, y1 - prev_y1)
+            prev_x1, prev_y1 = x1, y1
+            enc.bit(models.new, 0, 1 if found is None else 0)
+            if found is None:
+                _put_int(enc, models, _H, bh)
+                _put_int(enc, models, _DH, bw - bh)
+                _put_bitmap(enc, models, bitmap)
+                shapes.add(bitmap)
+            else:
+                _put_index(enc, models, found[0])
+    residual_b = b""
+    if residual.any():
+        residual_b = lzma.compress(np.packbits(residual).tobytes(), preset=6)
+    meta = {
+        "t": frame.t_media,
+        "index": frame.index,
+        "w": w,
+        "h": h,
+        "sw": sw,
+        "sh": sh,
+        "paper": paper,
+        "ink": ink_grey,
+        "changed_bbox": list(frame.changed_bbox),
+        "changed_frac": frame.changed_frac,
+        "content_bbox": None if frame.content_bbox is None else list(frame.content_bbox),
+        "t_changed": frame.t_changed,
+        "reason": frame.reason,
+    }
+    meta_b = json.dumps(meta, separators=(",", ":")).encode()
+    payload = b"".join(
+        [
+            MAGIC,
+            struct.pack("!I", len(meta_b)),
+            meta_b,
+            struct.pack("!I", len(residual_b)),
+            residual_b,
+            enc.finish(),
+        ]
+    )
+    return GlyphMessage(payload, scale, len(comps), len(shapes.shapes), int(residual.sum()))
+
+
+def decode_glyphs(payload: bytes, *, stream_id: str, arrival_wall: float) -> KeyFrame:
+    """The key frame rebuilt from `encode_glyphs`'s payload (raises `WireError` if malformed)."""
+    try:
+        if payload[:3] != MAGIC:
+            raise WireError(f"glyph message starts {payload[:3]!r}, not {MAGIC!r}")
+        (n_meta,) = struct.unpack_from("!I", payload, 3)
+        meta: dict[str, Any] = json.loads(payload[7 : 7 + n_meta])
+        start = 7 + n_meta
+        (n_res,) = struct.unpack_from("!I", payload, start)
+        start += 4
+        residual_b = payload[start : start + n_res]
+        if len(residual_b) != n_res:
+            raise WireError("glyph message: residual cut short")
+        stream = payload[start + n_res :]
+        w, h, sw, sh = (int(meta[k]) for k in ("w", "h", "sw", "sh"))
+        paper, ink_grey = int(meta["paper"]), int(meta["ink"])
+    except (struct.error, ValueError, KeyError, TypeError) as e:
+        raise WireError(f"malformed glyph message: {e}") from e
+    if not (0 < sw <= MAX_SIDE_PX and 0 < sh <= MAX_SIDE_PX):
+        raise WireError(f"glyph message of {sw}x{sh}: out of range")
+    if not (sw <= w <= 8 * sw and sh <= h <= 8 * sh and w * h <= 4096 * 4096):
+        raise WireError(f"glyph message scales {sw}x{sh} to {w}x{h}: out of range")
+    if not (0 <= paper <= 255 and 0 <= ink_grey <= 255):
+        raise WireError("glyph message: greys out of range")
+    ink = np.zeros((sh, sw), dtype=bool)
+    if residual_b:
+        try:
+            inflater = lzma.LZMADecompressor()
+            raw = inflater.decompress(residual_b, (sh * sw + 7) // 8 + 1)
+        except lzma.LZMAError as e:
+            raise WireError(f"glyph message: residual does not inflate: {e}") from e
+        if len(raw) != (sh * sw + 7) // 8:
+            raise WireError("glyph message: residual is not the picture's size")
+        ink |= np.unpackbits(np.frombuffer(raw, dtype=np.uint8))[: sh * sw].reshape(sh, sw) > 0
+    dec, models = _Decoder(stream), _Models()
+    shapes: list[np.ndarray] = []
+    n_groups = _get_int(dec, models, _COUNT)
+    if not 0 <= n_groups <= MAX_GLYPHS:
+        raise WireError(f"glyph message with {n_groups} lines")
+    total, shape_px = 0, 0
+    first_x, first_y = 0, 0
+    for _ in range(n_groups):
+        n = _get_int(dec, models, _COUNT)
+        total += n
+        if n < 0 or total > MAX_GLYPHS:
+            raise WireError(f"glyph message with over {MAX_GLYPHS} glyphs")
+        prev_x1, prev_y1 = 0, 0
+        for j in range(n):
+            if j == 0:
+                x0 = first_x + _get_int(dec, models, _DX_FIRST)
+                y1 = first_y + _get_int(dec, models, _DY_FIRST)
+                first_x, first_y = x0, y1
+            else:
+                x0 = prev_x1 + _get_int(dec, models, _DX)
+                y1 = prev_y1 + _get_int(dec, models, _DY)
+            if dec.bit(models.new, 0):
+                bh = _get_int(dec, models, _H)
+                bw = bh + _get_int(dec, models, _DH)
+                if not (0 < bh <= MAX_GLYPH_SIDE_PX and 0 < bw <= MAX_GLYPH_SIDE_PX):
+                    raise WireError(f"glyph message: a {bw}x{bh} glyph")
+                shape_px += bh * bw
+                if len(shapes) >= MAX_SHAPES or shape_px > sw * sh:
+                    raise WireError("glyph message: more shapes than its picture holds")
+                shapes.append(_get_bitmap(dec, models, bh, bw))
+                bitmap = shapes[-1]
+            else:
+                index = _get_index(dec, models)
+                if index >= len(shapes):
+                    raise WireError(f"glyph message refers to shape {index} of {len(shapes)}")
+                bitmap = shapes[index]
+            bh, bw = bitmap.shape
+            y0 = y1 - bh
+            prev_x1, prev_y1 = x0 + bw, y1
+            if x0 < 0 or y0 < 0 or x0 + bw > sw or y1 > sh:
+                raise WireError(f"glyph message: a glyph at ({x0}, {y0}) outside {sw}x{sh}")
+            ink[y0:y1, x0 : x0 + bw] |= bitmap
+    grey: np.ndarray = np.where(ink, np.uint8(ink_grey), np.uint8(paper)).astype(np.uint8)
+    if (sw, sh) != (w, h):
+        grey = cv2.resize(grey, (w, h), interpolation=cv2.INTER_CUBIC)
+    rgb = np.ascontiguousarray(np.repeat(grey[:, :, None], 3, axis=2))
+    content = meta.get("content_bbox")
+    try:
+        return KeyFrame(
+            stream_id=stream_id,
+            t_media=float(meta["t"]),
+            arrival_wall=arrival_wall,
+            image=rgb,
+            index=int(meta["index"]),
+            changed_bbox=tuple(int(v) for v in meta["changed_bbox"]),  # type: ignore[arg-type]
+            changed_frac=float(meta["changed_frac"]),
+            content_bbox=None if content is None else tuple(int(v) for v in content),  # type: ignore[arg-type]
+            t_changed=float(meta["t_changed"]),
+            reason=meta["reason"],
+        )
+    except (ValueError, KeyError, TypeError) as e:
+        raise WireError(f"malformed glyph message: {e}") from e
+
+
+__all__ = ["GlyphMessage", "MatchRule", "decode_glyphs", "encode_glyphs", "text_bitmap"]

@@ -1,0 +1,111 @@
+"""The glyph-dictionary coding of a key frame's text (`transport.glyphs`): exact when the match
+rule is exact, repeated glyphs sent once, similar-looking glyphs (6 and 8) never swapped, and a
+malformed payload a `WireError`, whatever the bytes."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+from scipy import ndimage
+
+from streamfuse.transport.config import TransportConfig
+from streamfuse.transport.glyphs import MatchRule, decode_glyphs, encode_glyphs, text_bitmap
+from streamfuse.transport.wire import WireError
+from streamfuse.vision.frames import KeyFrame
+
+pytestmark = pytest.mark.unit
+
+CONFIG = TransportConfig()
+
+
+def _page(lines: list[str], noise: float = 0.0) -> tuple[KeyFrame, list[tuple[int, int, int, int]]]:
+    """Dark text on light paper, one 32 px box per line; `noise`: sensor noise sigma."""
+    image = np.full((60 + 44 * len(lines), 760), 228, dtype=np.uint8)
+    boxes = []
+    for i, text in enumerate(lines):
+        y = 44 + i * 44
+        cv2.putText(image, text, (20, y), cv2.FONT_HERSHEY_SIMPLEX, 0.8, 25, 2, cv2.LINE_8)
+        boxes.append((14, y - 24, 740, y + 8))
+    if noise:
+        rng = np.random.default_rng(3)
+        image = np.clip(image + rng.normal(0, noise, image.shape), 0, 255).astype(np.uint8)
+    rgb = np.ascontiguousarray(np.repeat(image[..., None], 3, axis=2))
+    frame = KeyFrame(stream_id="s", t_media=4.5, image=rgb, index=9, reason="change")
+    return frame, boxes
+
+
+def _decoded_ink(payload: bytes) -> tuple[KeyFrame, np.ndarray]:
+    frame = decode_glyphs(payload, stream_id="s", arrival_wall=1.0)
+    grey = frame.image[..., 0]
+    return frame, grey < (int(grey.max()) + int(grey.min())) // 2
+
+
+def test_exact_rule_round_trips_the_text_picture() -> None:
+    frame, boxes = _page(["The quick brown fox 0123", "jumps over 456789 lazy dogs"])
+    # text_px above the lines' 32 px: sent at full size, so the picture compares pixel for pixel.
+    message = encode_glyphs(frame, boxes, CONFIG, text_px=40, rule=MatchRule(hausdorff_px=0))
+    ink, scale, _paper, _ink, _boxes = text_bitmap(frame, boxes, CONFIG, 40)
+    assert scale == 1.0 and message.scale == 1.0
+    decoded, got = _decoded_ink(message.payload)
+    assert np.array_equal(got, ink)
+    assert ink.sum() > 1000
+    assert (decoded.t_media, decoded.index, decoded.reason) == (4.5, 9, "change")
+    assert decoded.image.shape == frame.image.shape
+
+
+def test_repeated_glyphs_go_once_and_6_never_stands_for_8() -> None:
+    frame, boxes = _page(["6868 6868 6868 6868 6868"] * 4)
+    message = encode_glyphs(frame, boxes, CONFIG, text_px=40)
+    ink = text_bitmap(frame, boxes, CONFIG, 40)[0]
+    labels, n = ndimage.label(ink, structure=np.ones((3, 3), dtype=bool))
+    assert message.glyphs == n == 80
+    # Two digits; a few more shapes where a patch's own threshold adds a faint row to a line.
+    assert 2 <= message.shapes <= 8
+    got = _decoded_ink(message.payload)[1]
+    slices = ndimage.find_objects(labels)
+    first = sorted(range(n), key=lambda i: (slices[i][0].start > 40, slices[i][1].start))[:2]
+    six, eight = (labels[slices[i]] == i + 1 for i in first)
+    rows = min(len(six), len(eight))  # bottoms aligned (the 6 is a pixel taller)
+    assert (six[-rows:] ^ eight[-rows:]).sum() > 20
+    # Each glyph comes back within a pixel or two of itself: never the other digit.
+    for i, sl in enumerate(ndimage.find_objects(labels), start=1):
+        assert ((labels[sl] == i) ^ got[sl]).sum() <= 6
+
+
+def test_noisy_page_is_smaller_than_exact_and_reads_the_same_shapes() -> None:
+    frame, boxes = _page(["Pack my box with five dozen liquor jugs"] * 6, noise=6.0)
+    exact = encode_glyphs(frame, boxes, CONFIG, text_px=26, rule=MatchRule(hausdorff_px=0))
+    loose = encode_glyphs(frame, boxes, CONFIG, text_px=26)
+    assert loose.glyphs == exact.glyphs
+    assert loose.shapes < exact.shapes
+    assert len(loose.payload) < len(exact.payload)
+    # Every component of the decoded picture lies within a pixel of the original's ink.
+    ink = text_bitmap(frame, boxes, CONFIG, 26)[0]
+    decoded = decode_glyphs(loose.payload, stream_id="s", arrival_wall=0.0).image[..., 0]
+    small = cv2.resize(decoded, (ink.shape[1], ink.shape[0]), interpolation=cv2.INTER_AREA)
+    got = small < 128
+    near = cv2.dilate(ink.view(np.uint8), np.ones((3, 3), np.uint8)).astype(bool)
+    assert (got & ~near).sum() <= 0.02 * got.sum()
+
+
+def test_malformed_payloads_raise_wire_error_only() -> None:
+    frame, boxes = _page(["Sphinx of black quartz, judge my vow 1234567890"] * 3)
+    payload = encode_glyphs(frame, boxes, CONFIG, text_px=26).payload
+    rng = np.random.default_rng(5)
+    bad = [b"", b"GL1", payload[:20], payload[: len(payload) // 2], b"XX" + payload[2:]]
+    for _ in range(150):
+        data = bytearray(payload)
+        for pos in rng.integers(0, len(data), size=int(rng.integers(1, 4))):
+            data[pos] ^= int(rng.integers(1, 256))
+        bad.append(bytes(data))
+    bad += [rng.bytes(int(n)) for n in rng.integers(1, 3000, size=30)]
+    errors = 0
+    for data in bad:
+        try:
+            decode_glyphs(data, stream_id="s", arrival_wall=0.0)
+        except WireError:
+            errors += 1
+    assert errors >= 5  # at least the structurally broken ones; bit flips may decode
+    with pytest.raises(WireError, match="glyph message"):
+        decode_glyphs(payload[:-40], stream_id="s", arrival_wall=0.0)
