@@ -328,12 +328,15 @@ class _Dictionary:
         self.shapes: list[np.ndarray] = []
         self.by_size: dict[tuple[int, int], list[int]] = {}
         self.stacks: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        #: A component pixel for pixel like a shape (~1 in 6 on a filmed page) is found here.
+        self.exact: dict[tuple[bytes, int, int], int] = {}
 
     def add(self, bitmap: np.ndarray) -> int:
         index = len(self.shapes)
         self.shapes.append(bitmap)
         size = (int(bitmap.shape[0]), int(bitmap.shape[1]))
         self.by_size.setdefault(size, []).append(index)
+        self.exact[(np.packbits(bitmap).tobytes(), *size)] = index
         self.stacks.pop(size, None)
         return index
 
@@ -354,34 +357,37 @@ class _Dictionary:
         ink = int(comp.sum())
         budget = rule.max_xor * ink
         s = rule.size_px
+        same = self.exact.get((np.packbits(comp).tobytes(), h, w))
+        if same is not None:
+            return same, 0, 0
         best: tuple[int, int, int, int] | None = None
         pad = s + 1
         canvas_c = np.zeros((h + 2 * pad, w + 2 * pad), dtype=bool)
         canvas_c[pad : pad + h, pad : pad + w] = comp
-        for hs in range(h - s, h + s + 1):
-            for ws in range(w - s, w + s + 1):
-                if (hs, ws) not in self.by_size:
-                    continue
-                stack, counts = self._stack((hs, ws))
-                # At least the difference in ink differs: most shapes go here, cheaply.
-                near = np.flatnonzero(np.abs(counts - ink) <= budget)
-                if not near.size:
-                    continue
-                stack = stack[near]
-                ids = [self.by_size[(hs, ws)][i] for i in near.tolist()]
-                # Box alignments: top/left or bottom/right when the sizes differ.
-                for oy in {0, h - hs}:
-                    for ox in {0, w - ws}:
-                        placed = np.zeros((len(ids), h + 2 * pad, w + 2 * pad), dtype=bool)
-                        placed[:, pad + oy : pad + oy + hs, pad + ox : pad + ox + ws] = stack
-                        xor = placed ^ canvas_c
-                        differ = xor.sum(axis=(1, 2))
-                        for j in np.flatnonzero(differ <= budget).tolist():
-                            n = int(differ[j])
-                            if best is not None and n >= best[0]:
-                                continue
-                            if self._close(placed[j], canvas_c, xor[j]):
-                                best = (n, ids[j], oy, ox)
+        sizes = [(hs, ws) for hs in range(h - s, h + s + 1) for ws in range(w - s, w + s + 1)]
+        for hs, ws in sizes:
+            if (hs, ws) not in self.by_size:
+                continue
+            stack, counts = self._stack((hs, ws))
+            # At least the difference in ink differs: most shapes go here, cheaply.
+            near = np.flatnonzero(np.abs(counts - ink) <= budget)
+            if not near.size:
+                continue
+            stack = stack[near]
+            ids = [self.by_size[(hs, ws)][i] for i in near.tolist()]
+            # Box alignments: top/left or bottom/right when the sizes differ.
+            for oy in {0, h - hs}:
+                for ox in {0, w - ws}:
+                    placed = np.zeros((len(ids), h + 2 * pad, w + 2 * pad), dtype=bool)
+                    placed[:, pad + oy : pad + oy + hs, pad + ox : pad + ox + ws] = stack
+                    xor = placed ^ canvas_c
+                    differ = xor.sum(axis=(1, 2))
+                    for j in np.flatnonzero(differ <= budget).tolist():
+                        n = int(differ[j])
+                        if best is not None and n >= best[0]:
+                            continue
+                        if self._close(placed[j], canvas_c, xor[j]):
+                            best = (n, ids[j], oy, ox)
         return None if best is None else best[1:]
 
     def _close(self, a: np.ndarray, b: np.ndarray, xor: np.ndarray) -> bool:
