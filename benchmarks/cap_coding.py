@@ -10,10 +10,11 @@ chosen from this table; docs/edge-cloud.md quotes it.
 
 A coding "glyphPX" (e.g. glyph26) is the glyph-dictionary coding (`transport.glyphs`) of the
 same 2-level text picture at smallest line PX px; suffixes set its match rule: hH (Hausdorff
-px, 0 = exact), xX (largest share of differing pixels, %), tT (differing pixels in a 2x2 block
-that count as a missing stroke), e.g. glyph26h1x15t3.
+px, 0 = exact), xX (largest share of differing pixels, %; 10 by default), tT (differing
+pixels in a 2x2 block that count as a missing stroke), e.g. glyph26h1x20t3.
 
-    python benchmarks/cap_coding.py [--quick] [--cache DIR] [--codings 20x4,16x4,glyph26,...]
+    python benchmarks/cap_coding.py [--quick] [--all-documents] [--no-camera] [--cache DIR]
+        [--codings 20x4,16x4,glyph26,...]
 
 Ends with one JSON line. Byte counts and CERs are deterministic; encode times are not.
 """
@@ -156,6 +157,9 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=None, help="keep key frames and reads")
     parser.add_argument("--codings", default=CODINGS)
     parser.add_argument("--no-camera", action="store_true", help="documents only")
+    parser.add_argument(
+        "--all-documents", action="store_true", help="the serif document too with --quick"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     for noisy in ("RapidOCR", "onnxruntime"):
@@ -163,7 +167,8 @@ def main() -> None:
     secs = 10.0 if args.quick else 20.0
     config, engine = TransportConfig(), RapidOcrEngine()
     clips: list[tuple[str, Any, list[list[str]] | None]] = []
-    for name, font, seed, noise in DOCUMENTS if args.quick else DOCUMENTS_FULL:
+    documents = DOCUMENTS if args.quick and not args.all_documents else DOCUMENTS_FULL
+    for name, font, seed, noise in documents:
 
         def make(tmp: Path, font: str = font, seed: int = seed, noise: int = noise) -> Path:
             doc = document_clip(tmp / "doc.mp4", secs, fps=10, seed=seed, font=FONTS[font])

@@ -50,7 +50,9 @@ class MatchRule:
 
     size_px: int = 1
     hausdorff_px: int = 1
-    max_xor: float = 0.2
+    #: 0.2 let a 't' stand for an 'l' (and 'i'/'l') on a filmed page: within a pixel of each
+    #: other, the crossbar a few pixels (docs/edge-cloud.md, "Glyph-dictionary coding").
+    max_xor: float = 0.1
     max_thick: int = 3
 
 
