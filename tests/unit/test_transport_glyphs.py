@@ -4,6 +4,8 @@ malformed payload a `WireError`, whatever the bytes."""
 
 from __future__ import annotations
 
+import hashlib
+
 import cv2
 import numpy as np
 import pytest
@@ -130,3 +132,49 @@ def test_malformed_payloads_raise_wire_error_only() -> None:
     assert errors >= 5  # at least the structurally broken ones; bit flips may decode
     with pytest.raises(WireError, match="glyph message"):
         decode_glyphs(payload[:-40], stream_id="s", arrival_wall=0.0)
+
+
+#: (bytes, sha256 of the payload, sha256 of the decoded picture) of a noisy page as the first
+#: implementation (80cbd52: one numpy comparison per shape, one call per bit through the range
+#: coder) coded and decoded it: the faster coder must send the same bytes, so the measured
+#: bytes and reads in docs/edge-cloud.md still hold, and rebuild the same picture.
+PINNED = {
+    "default": (
+        1740,
+        "7f5d4fb6f21d4b8274de7328f1b68b0149111d9f4bf57d76743b97b56ab70269",
+        "9caa087b95f27ff5824227e646ab3fed5d8bad73f8071835ef5cfaf0120fed16",
+    ),
+    "h0": (
+        2324,
+        "9d6183605e82f9588be446487025e8321530d0ebc4f11746c7c8a7aa21af1838",
+        "5f8542c471431aa2c6961b29fa447d210d0aec31b9570c3f38149a5b97683470",
+    ),
+    "x20t2": (
+        1281,
+        "b8f8d8ac1ecd5f9b13c311fe7563e2ee219b37d5c45631b734b4cd04cf221a4f",
+        "ececd3f5614780878c0c44dedfd9244e84fe2b30d70d951a1ac33a47100afe19",
+    ),
+}
+PINNED_RULES = {
+    "default": (26, MatchRule()),
+    "h0": (26, MatchRule(hausdorff_px=0)),
+    "x20t2": (20, MatchRule(max_xor=0.2, max_thick=2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_payload_bytes_are_pinned(name: str) -> None:
+    frame, boxes = _page(
+        [
+            "Pack my box with five dozen liquor jugs 0123456789",
+            "The quick brown fox jumps over 6868 lazy dogs",
+        ]
+        * 3,
+        noise=6.0,
+    )
+    px, rule = PINNED_RULES[name]
+    message = encode_glyphs(frame, boxes, CONFIG, text_px=px, rule=rule)
+    size, digest, picture = PINNED[name]
+    assert (len(message.payload), hashlib.sha256(message.payload).hexdigest()) == (size, digest)
+    again = decode_glyphs(message.payload, stream_id="s", arrival_wall=0.0)
+    assert hashlib.sha256(again.image.tobytes()).hexdigest() == picture
