@@ -67,56 +67,80 @@ class GlyphMessage:
 
 
 # -- an adaptive binary range coder (LZMA's: 11-bit probabilities) ----------------------------
+#
+# All decisions share one table of probabilities, each family at its own offset. The encoder
+# first lists every decision (context, bit), then codes the list in one loop over Python ints
+# held in locals: a call per bit cost more than the coding itself.
 
 _TOP = 1 << 24
 _PROB_BITS = 11
 _PROB_ONE = 1 << _PROB_BITS
 _MOVE = 4
 
+#: Integer families: first glyph of a line dx, dy; later glyphs dx, dy; counts; shape h, w.
+_INT_FAMILIES = 8
+_INT_CTX = 64
+_INDEX_BITS = 16
+#: Where each family's probabilities start in the shared table.
+_INTS = 0
+_NEW = _INTS + _INT_FAMILIES * _INT_CTX
+_INDEX = _NEW + 4
+_PIXELS = _INDEX + (1 << (_INDEX_BITS + 1))
+_N_PROBS = _PIXELS + 1024
+
 
 class _Encoder:
+    """The decisions to code, in order; `finish` range-codes them."""
+
     def __init__(self) -> None:
-        self.low = 0
-        self.range = 0xFFFFFFFF
-        self.cache = 0
-        self.cache_size = 1
-        self.out = bytearray()
-
-    def bit(self, probs: list[int], ctx: int, bit: int) -> None:
-        p = probs[ctx]
-        bound = (self.range >> _PROB_BITS) * p
-        if bit:
-            self.low += bound
-            self.range -= bound
-            probs[ctx] = p - (p >> _MOVE)
-        else:
-            self.range = bound
-            probs[ctx] = p + ((_PROB_ONE - p) >> _MOVE)
-        while self.range < _TOP:
-            self.range <<= 8
-            self._shift_low()
-
-    def _shift_low(self) -> None:
-        if self.low < 0xFF000000 or self.low >= 1 << 32:
-            carry = self.low >> 32
-            temp = self.cache
-            while True:
-                self.out.append((temp + carry) & 0xFF)
-                temp = 0xFF
-                self.cache_size -= 1
-                if not self.cache_size:
-                    break
-            self.cache = (self.low >> 24) & 0xFF
-        self.cache_size += 1
-        self.low = (self.low & 0x00FFFFFF) << 8
+        self.ctxs: list[int] = []
+        self.bits: list[int] = []
 
     def finish(self) -> bytes:
-        for _ in range(5):
-            self._shift_low()
-        return bytes(self.out)
+        return _range_code(self.ctxs, self.bits)
+
+
+def _range_code(ctxs: list[int], bits: list[int]) -> bytes:
+    probs = [_PROB_ONE // 2] * _N_PROBS
+    low, rng, cache, cache_size = 0, 0xFFFFFFFF, 0, 1
+    out = bytearray()
+    for c, b in zip(ctxs, bits, strict=True):
+        p = probs[c]
+        bound = (rng >> _PROB_BITS) * p
+        if b:
+            low += bound
+            rng -= bound
+            probs[c] = p - (p >> _MOVE)
+        else:
+            rng = bound
+            probs[c] = p + ((_PROB_ONE - p) >> _MOVE)
+        while rng < _TOP:
+            rng <<= 8
+            if low < 0xFF000000 or low >= 1 << 32:
+                carry = low >> 32
+                out.append((cache + carry) & 0xFF)
+                if cache_size > 1:
+                    out += bytes([(0xFF + carry) & 0xFF]) * (cache_size - 1)
+                cache_size = 0
+                cache = (low >> 24) & 0xFF
+            cache_size += 1
+            low = (low & 0x00FFFFFF) << 8
+    for _ in range(5):
+        if low < 0xFF000000 or low >= 1 << 32:
+            carry = low >> 32
+            out.append((cache + carry) & 0xFF)
+            if cache_size > 1:
+                out += bytes([(0xFF + carry) & 0xFF]) * (cache_size - 1)
+            cache_size = 0
+            cache = (low >> 24) & 0xFF
+        cache_size += 1
+        low = (low & 0x00FFFFFF) << 8
+    return bytes(out)
 
 
 class _Decoder:
+    """Decisions back from the range-coded bytes, with the encoder's probabilities."""
+
     def __init__(self, data: bytes) -> None:
         if len(data) < 5:
             raise WireError("glyph message: range-coded stream too short")
@@ -124,8 +148,10 @@ class _Decoder:
         self.pos = 5
         self.range = 0xFFFFFFFF
         self.code = int.from_bytes(data[1:5], "big")
+        self.probs = [_PROB_ONE // 2] * _N_PROBS
 
-    def bit(self, probs: list[int], ctx: int) -> int:
+    def bit(self, ctx: int) -> int:
+        probs = self.probs
         p = probs[ctx]
         bound = (self.range >> _PROB_BITS) * p
         if self.code < bound:
@@ -146,75 +172,55 @@ class _Decoder:
         return bit
 
 
-class _Models:
-    """The adaptive probabilities of every decision (the same on both ends)."""
-
-    #: Integer families: first glyph of a line dx, dy; later glyphs dx, dy; counts; shape h, w.
-    INT_FAMILIES = 8
-    INT_CTX = 64
-
-    def __init__(self) -> None:
-        half = _PROB_ONE // 2
-        self.ints = [half] * (self.INT_FAMILIES * self.INT_CTX)
-        self.new = [half] * 4
-        self.index = [half] * (1 << 17)
-        self.pixels = [half] * 1024
-
-
 _DX_FIRST, _DY_FIRST, _DX, _DY, _COUNT, _H, _W, _DH = range(8)
 
 
-def _put_int(enc: _Encoder, m: _Models, family: int, value: int) -> None:
+def _put_int(enc: _Encoder, family: int, value: int) -> None:
     """Exp-Golomb-like: zero flag, sign, bit length in unary, then the bits below the top."""
-    base = family * _Models.INT_CTX
-    probs = m.ints
-    enc.bit(probs, base, 1 if value else 0)
+    base = _INTS + family * _INT_CTX
+    ctxs, bits = enc.ctxs, enc.bits
+    ctxs.append(base)
+    bits.append(1 if value else 0)
     if not value:
         return
-    enc.bit(probs, base + 1, 1 if value < 0 else 0)
+    ctxs.append(base + 1)
+    bits.append(1 if value < 0 else 0)
     mag = abs(value)
     n = mag.bit_length()
-    for i in range(1, n):
-        enc.bit(probs, base + 2 + min(i, 20), 1)
-    enc.bit(probs, base + 2 + min(n, 20), 0)
-    for i in range(n - 2, -1, -1):
-        enc.bit(probs, base + 24 + min(n, 10) * 3 + min(i, 2), (mag >> i) & 1)
+    ctxs.extend([base + 2 + min(i, 20) for i in range(1, n + 1)])
+    bits.extend([1] * (n - 1) + [0])
+    ctxs.extend([base + 24 + min(n, 10) * 3 + min(i, 2) for i in range(n - 2, -1, -1)])
+    bits.extend([(mag >> i) & 1 for i in range(n - 2, -1, -1)])
 
 
-def _get_int(dec: _Decoder, m: _Models, family: int) -> int:
-    base = family * _Models.INT_CTX
-    probs = m.ints
-    if not dec.bit(probs, base):
+def _get_int(dec: _Decoder, family: int) -> int:
+    base = _INTS + family * _INT_CTX
+    if not dec.bit(base):
         return 0
-    negative = dec.bit(probs, base + 1)
+    negative = dec.bit(base + 1)
     n = 1
-    while dec.bit(probs, base + 2 + min(n, 20)):
+    while dec.bit(base + 2 + min(n, 20)):
         n += 1
         if n > 30:
             raise WireError("glyph message: integer too long")
     mag = 1
     for i in range(n - 2, -1, -1):
-        mag = (mag << 1) | dec.bit(probs, base + 24 + min(n, 10) * 3 + min(i, 2))
+        mag = (mag << 1) | dec.bit(base + 24 + min(n, 10) * 3 + min(i, 2))
     return -mag if negative else mag
 
 
-_INDEX_BITS = 16
-
-
-def _put_index(enc: _Encoder, m: _Models, index: int) -> None:
+def _put_index(enc: _Encoder, index: int) -> None:
     """A dictionary index as 16 binary decisions down a tree (each node its own probability:
     an adaptive frequency model of the shapes)."""
-    node = 1
-    for i in range(_INDEX_BITS - 1, -1, -1):
-        bit = (index >> i) & 1
-        enc.bit(m.index, node, bit)
-        node = (node << 1) | bit
+    top, index = _INDEX_BITS, index & ((1 << _INDEX_BITS) - 1)
+    enc.ctxs.extend([_INDEX + ((1 << k) | (index >> (top - k))) for k in range(top)])
+    enc.bits.extend([(index >> (top - 1 - k)) & 1 for k in range(top)])
 
 
-def _get_index(dec: _Decoder, m: _Models) -> int:
+def _get_index(dec: _Decoder) -> int:
     node = 1
     for _ in range(_INDEX_BITS):
-        node = (node << 1) | dec.bit(m.index, node)
+        node = (node << 1) | dec.bit(_INDEX + node)
     return node - (1 << _INDEX_BITS)
 
 
@@ -231,40 +237,69 @@ _TEMPLATE = (
     (0, -2),
     (0, -1),
 )
+#: The context of the next pixel keeps these bits of the last one's, shifted down one.
+_KEEP = 0b01_01111_011
 
 
-def _put_bitmap(enc: _Encoder, m: _Models, bitmap: np.ndarray) -> None:
+def _put_bitmap(enc: _Encoder, bitmap: np.ndarray) -> None:
     h, w = bitmap.shape
     pad = np.zeros((h + 2, w + 4), dtype=np.int32)
     pad[2:, 2:-2] = bitmap
     ctx = np.zeros((h, w), dtype=np.int32)
     for k, (dy, dx) in enumerate(_TEMPLATE):
         ctx |= pad[2 + dy : 2 + dy + h, 2 + dx : 2 + dx + w] << k
-    probs = m.pixels
-    for c, b in zip(ctx.ravel().tolist(), bitmap.ravel().tolist(), strict=True):
-        enc.bit(probs, c, b)
+    enc.ctxs.extend((ctx.ravel() + _PIXELS).tolist())
+    enc.bits.extend(bitmap.ravel().tolist())
 
 
-def _get_bitmap(dec: _Decoder, m: _Models, h: int, w: int) -> np.ndarray:
-    rows = [[0] * (w + 4) for _ in range(h + 2)]
-    probs = m.pixels
-    for y in range(2, h + 2):
-        a, b, c = rows[y - 2], rows[y - 1], rows[y]
-        for x in range(2, w + 2):
-            ctx = (
-                a[x - 1]
-                | a[x] << 1
-                | a[x + 1] << 2
-                | b[x - 2] << 3
-                | b[x - 1] << 4
-                | b[x] << 5
-                | b[x + 1] << 6
-                | b[x + 2] << 7
-                | c[x - 2] << 8
-                | c[x - 1] << 9
-            )
-            c[x] = dec.bit(probs, ctx)
-    return np.array([r[2:-2] for r in rows[2:]], dtype=bool)
+def _get_bitmap(dec: _Decoder, h: int, w: int) -> np.ndarray:
+    """The pixels of an h x w shape, row by row: each context from the last one's (the
+    template slid one pixel right) and the three pixels that enter it."""
+    data, n_data, probs = dec.data, len(dec.data), dec.probs
+    rng, code, pos = dec.range, dec.code, dec.pos
+    zeros = [0] * (w + 5)
+    above2, above, out = zeros, zeros, []
+    for _ in range(h):
+        # Pixel x enters as row-2 bit 2 (a[x+1]) and row-1 bit 7 (b[x+2]) of pixel x-1's ...
+        # rows padded 2 left, 3 right: a[x] is above2[x + 2].
+        enter = [(a << 2) | (b << 7) for a, b in zip(above2[4:], above[5:], strict=False)]
+        # The first pixel's context: a[-1..1], b[-2..2] (c[-2], c[-1] are 0).
+        ctx = (
+            above2[1]
+            | above2[2] << 1
+            | above2[3] << 2
+            | above[0] << 3
+            | above[1] << 4
+            | above[2] << 5
+            | above[3] << 6
+            | above[4] << 7
+        )
+        row = [0, 0]
+        for x in range(w):
+            p = probs[_PIXELS + ctx]
+            bound = (rng >> _PROB_BITS) * p
+            if code < bound:
+                rng = bound
+                probs[_PIXELS + ctx] = p + ((_PROB_ONE - p) >> _MOVE)
+                bit = 0
+            else:
+                code -= bound
+                rng -= bound
+                probs[_PIXELS + ctx] = p - (p >> _MOVE)
+                bit = 1
+            while rng < _TOP:
+                rng <<= 8
+                if pos >= n_data:
+                    raise WireError("glyph message: range-coded stream ends early")
+                code = ((code << 8) | data[pos]) & 0xFFFFFFFF
+                pos += 1
+            row.append(bit)
+            ctx = ((ctx >> 1) & _KEEP) | enter[x] | (bit << 9)
+        row += [0, 0, 0]
+        out.append(row)
+        above2, above = above, row
+    dec.range, dec.code, dec.pos = rng, code, pos
+    return np.array([r[2 : 2 + w] for r in out], dtype=bool).reshape(h, w)
 
 
 # -- the text picture and its components -------------------------------------------------------
@@ -323,87 +358,144 @@ def text_bitmap(
 
 
 class _Dictionary:
-    """Shapes by box size, and the match of a component against them."""
+    """Shapes by box size, and the match of a component against them.
+
+    Each bitmap is held as one Python int, bit `row * stride + col` (a shape moved by (dy, dx)
+    is the int shifted by `dy * stride + dx`; a dilation is four shifts), and as rows of 64-bit
+    words in one array over all shapes, so that the pixels a component differs in from every
+    candidate, in every box alignment, come out of a few numpy operations per component."""
 
     def __init__(self, rule: MatchRule) -> None:
         self.rule = rule
         self.shapes: list[np.ndarray] = []
-        self.by_size: dict[tuple[int, int], list[int]] = {}
-        self.stacks: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self.ints: list[int] = []
         #: A component pixel for pixel like a shape (~1 in 6 on a filmed page) is found here.
-        self.exact: dict[tuple[bytes, int, int], int] = {}
+        self.exact: dict[tuple[int, int, int], int] = {}
+        s, r = rule.size_px, rule.hausdorff_px
+        # Where a component's box starts (row and column): shapes may start s px before it,
+        # and a dilation by r must not reach row or column 0.
+        self.origin = s + 1 + r
+        self.words = -(-(2 * self.origin + MAX_GLYPH_SIDE_PX + 2 * s + 2) // 64)
+        self.stride = 64 * self.words
+        self.rows = self.origin + MAX_GLYPH_SIDE_PX + 2 * s + 2
+        self.size = np.zeros((0, 3), dtype=np.int64)  # h, w, ink of each shape
+        self.packed = np.zeros((0, self.rows, self.words), dtype=np.uint64)
 
-    def add(self, bitmap: np.ndarray) -> int:
+    def bits(self, bitmap: np.ndarray) -> int:
+        """`bitmap` as an int, row `stride` bits."""
+        h, w = bitmap.shape
+        rows = np.zeros((h, self.stride), dtype=bool)
+        rows[:, :w] = bitmap
+        return int.from_bytes(np.packbits(rows, bitorder="little").tobytes(), "little")
+
+    def _words(self, bits: int) -> bytes:
+        return bits.to_bytes(self.rows * self.stride // 8, "little")
+
+    def add(self, bitmap: np.ndarray, bits: int) -> int:
         index = len(self.shapes)
+        h, w = (int(v) for v in bitmap.shape)
         self.shapes.append(bitmap)
-        size = (int(bitmap.shape[0]), int(bitmap.shape[1]))
-        self.by_size.setdefault(size, []).append(index)
-        self.exact[(np.packbits(bitmap).tobytes(), *size)] = index
-        self.stacks.pop(size, None)
+        self.ints.append(bits)
+        self.exact[(bits, h, w)] = index
+        if index == len(self.size):
+            grow = max(64, index)
+            self.size = np.concatenate([self.size, np.zeros((grow, 3), dtype=np.int64)])
+            more = np.zeros((grow, self.rows, self.words), dtype=np.uint64)
+            self.packed = np.concatenate([self.packed, more])
+        self.size[index] = (h, w, bits.bit_count())
+        o = self.origin
+        words = self._words(bits << (o * self.stride + o))
+        self.packed[index] = np.frombuffer(words, dtype="<u8").reshape(self.rows, self.words)
         return index
 
-    def _stack(self, size: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-        """The shapes of `size` stacked, and each one's ink count."""
-        stack = self.stacks.get(size)
-        if stack is None:
-            shapes = np.stack([self.shapes[i] for i in self.by_size[size]])
-            stack = shapes, shapes.sum(axis=(1, 2))
-            self.stacks[size] = stack
-        return stack
-
-    def match(self, comp: np.ndarray) -> tuple[int, int, int] | None:
-        """(shape, dy, dx): the closest shape that may stand in for `comp`, and where its box
-        lies from the component's top left (0 or -1 when the sizes differ), or None."""
+    def match(self, comp: np.ndarray, bits: int) -> tuple[int, int, int] | None:
+        """(shape, dy, dx): the closest shape that may stand in for `comp` (`bits`: it as an
+        int), and where its box lies from the component's top left (0 or -1 when the sizes
+        differ), or None. Ties go to the first shape met in the first implementation's
+        search: box sizes (h, then w, ascending), alignments (top/left first), shapes in the
+        order they came."""
         rule = self.rule
         h, w = comp.shape
-        ink = int(comp.sum())
-        budget = rule.max_xor * ink
-        s = rule.size_px
-        same = self.exact.get((np.packbits(comp).tobytes(), h, w))
+        same = self.exact.get((bits, h, w))
         if same is not None:
             return same, 0, 0
-        best: tuple[int, int, int, int] | None = None
-        pad = s + 1
-        canvas_c = np.zeros((h + 2 * pad, w + 2 * pad), dtype=bool)
-        canvas_c[pad : pad + h, pad : pad + w] = comp
-        sizes = [(hs, ws) for hs in range(h - s, h + s + 1) for ws in range(w - s, w + s + 1)]
-        for hs, ws in sizes:
-            if (hs, ws) not in self.by_size:
-                continue
-            stack, counts = self._stack((hs, ws))
-            # At least the difference in ink differs: most shapes go here, cheaply.
-            near = np.flatnonzero(np.abs(counts - ink) <= budget)
-            if not near.size:
-                continue
-            stack = stack[near]
-            ids = [self.by_size[(hs, ws)][i] for i in near.tolist()]
-            # Box alignments: top/left or bottom/right when the sizes differ.
-            for oy in {0, h - hs}:
-                for ox in {0, w - ws}:
-                    placed = np.zeros((len(ids), h + 2 * pad, w + 2 * pad), dtype=bool)
-                    placed[:, pad + oy : pad + oy + hs, pad + ox : pad + ox + ws] = stack
-                    xor = placed ^ canvas_c
-                    differ = xor.sum(axis=(1, 2))
-                    for j in np.flatnonzero(differ <= budget).tolist():
-                        n = int(differ[j])
-                        if best is not None and n >= best[0]:
-                            continue
-                        if self._close(placed[j], canvas_c, xor[j]):
-                            best = (n, ids[j], oy, ox)
-        return None if best is None else best[1:]
+        n = len(self.shapes)
+        if not n:
+            return None
+        ink = bits.bit_count()
+        budget = rule.max_xor * ink
+        s, o, stride = rule.size_px, self.origin, self.stride
+        size = self.size[:n]
+        dh, dw = h - size[:, 0], w - size[:, 1]
+        # Box size within s, and at least the difference in ink differs: most shapes go here.
+        near = np.flatnonzero(
+            (np.abs(dh) <= s) & (np.abs(dw) <= s) & (np.abs(size[:, 2] - ink) <= budget)
+        )
+        if not near.size:
+            return None
+        dh, dw = dh[near], dw[near]
+        # Every (shape, alignment): oy 0 or dh, ox 0 or dw (each once when dh or dw is 0).
+        cand = np.tile(near, 4)
+        oy = np.concatenate([np.zeros_like(dh), np.zeros_like(dh), dh, dh])
+        ox = np.concatenate([np.zeros_like(dw), dw, np.zeros_like(dw), dw])
+        keep = np.concatenate(
+            [np.ones_like(dh, dtype=bool), dw != 0, dh != 0, (dh != 0) & (dw != 0)]
+        )
+        align = np.repeat(np.arange(4), near.size)[keep]
+        cand, oy, ox = cand[keep], oy[keep], ox[keep]
+        # The component moved by (-oy, -ox) instead of each shape by (oy, ox).
+        side = 2 * s + 1
+        moved = b"".join(
+            self._words(bits << ((o - ay) * stride + o - ax))
+            for ay in range(-s, s + 1)
+            for ax in range(-s, s + 1)
+        )
+        views = np.frombuffer(moved, dtype="<u8").reshape(side * side, self.rows, self.words)
+        top = min(self.rows, o + h + s + 1)
+        xor = self.packed[cand, :top] ^ views[(oy + s) * side + ox + s, :top]
+        differ = np.bitwise_count(xor).sum(axis=(1, 2), dtype=np.int64)
+        ok = np.flatnonzero(differ <= budget)
+        if not ok.size:
+            return None
+        sizes = self.size[cand[ok]]
+        rank = ((sizes[:, 0] - (h - s)) * side + sizes[:, 1] - (w - s)) * 4 + align[ok]
+        order = ok[np.lexsort((cand[ok], rank, differ[ok]))]
+        canvas = bits << (o * stride + o)
+        for j in order.tolist():
+            i, ay, ax = int(cand[j]), int(oy[j]), int(ox[j])
+            placed = self.ints[i] << ((o + ay) * stride + o + ax)
+            if self._close(placed, canvas, placed ^ canvas):
+                return i, ay, ax
+        return None
 
-    def _close(self, a: np.ndarray, b: np.ndarray, xor: np.ndarray) -> bool:
+    def _close(self, a: int, b: int, xor: int) -> bool:
         rule = self.rule
+        stride = self.stride
         if rule.max_thick <= 4:
-            blocks = xor[:-1, :-1].astype(np.int8) + xor[1:, :-1] + xor[:-1, 1:] + xor[1:, 1:]
-            if int(blocks.max(initial=0)) >= rule.max_thick:
+            # The 2x2 blocks, each at its top left pixel: how many of the 4 differ.
+            p, q, u, v = xor, xor >> 1, xor >> stride, xor >> (stride + 1)
+            t = rule.max_thick
+            if t <= 0:
+                return False
+            if t == 1:
+                thick = xor
+            elif t == 2:
+                thick = (p & q) | (u & v) | ((p | q) & (u | v))
+            elif t == 3:
+                thick = (p & q & (u | v)) | (u & v & (p | q))
+            else:
+                thick = p & q & u & v
+            if thick:
                 return False
         if rule.hausdorff_px == 0:
-            return not xor.any()
-        k = np.ones((2 * rule.hausdorff_px + 1,) * 2, dtype=np.uint8)
-        da = cv2.dilate(a.view(np.uint8), k).astype(bool)
-        db = cv2.dilate(b.view(np.uint8), k).astype(bool)
-        return not ((a & ~db).any() or (b & ~da).any())
+            return not xor
+        da, db = a, b
+        for _ in range(rule.hausdorff_px):
+            da |= (da << 1) | (da >> 1)
+            da |= (da << stride) | (da >> stride)
+            db |= (db << 1) | (db >> 1)
+            db |= (db << stride) | (db >> stride)
+        return not ((a & ~db) or (b & ~da))
 
 
 def _groups(boxes: list[tuple[int, int, int, int]], text_boxes: list[BBox]) -> list[list[int]]:
@@ -460,18 +552,19 @@ def encode_glyphs(
             continue
         comps.append((xs.start, ys.start, xs.stop, ys.stop))
         bitmaps.append(bitmap)
-    enc, models = _Encoder(), _Models()
+    enc = _Encoder()
     shapes = _Dictionary(rule)
     groups = _groups(comps, boxes_s)
-    _put_int(enc, models, _COUNT, len(groups))
+    _put_int(enc, _COUNT, len(groups))
     first_x, first_y = 0, 0
     for group in groups:
-        _put_int(enc, models, _COUNT, len(group))
+        _put_int(enc, _COUNT, len(group))
         prev_x1, prev_y1 = 0, 0
         for j, ci in enumerate(group):
             bitmap = bitmaps[ci]
             x0, y0, _x1, _y1 = comps[ci]
-            found = shapes.match(bitmap)
+            bits = shapes.bits(bitmap)
+            found = shapes.match(bitmap, bits)
             if found is not None:
                 # The shape goes where it matched: its box may be a pixel larger or smaller.
                 index, oy, ox = found
@@ -483,21 +576,22 @@ def encode_glyphs(
             bh, bw = bitmap.shape if found is None else shapes.shapes[found[0]].shape
             x1, y1 = x0 + bw, y0 + bh
             if j == 0:
-                _put_int(enc, models, _DX_FIRST, x0 - first_x)
-                _put_int(enc, models, _DY_FIRST, y1 - first_y)
+                _put_int(enc, _DX_FIRST, x0 - first_x)
+                _put_int(enc, _DY_FIRST, y1 - first_y)
                 first_x, first_y = x0, y1
             else:
-                _put_int(enc, models, _DX, x0 - prev_x1)
-                _put_int(enc, models, _DY, y1 - prev_y1)
+                _put_int(enc, _DX, x0 - prev_x1)
+                _put_int(enc, _DY, y1 - prev_y1)
             prev_x1, prev_y1 = x1, y1
-            enc.bit(models.new, 0, 1 if found is None else 0)
+            enc.ctxs.append(_NEW)
+            enc.bits.append(1 if found is None else 0)
             if found is None:
-                _put_int(enc, models, _H, bh)
-                _put_int(enc, models, _DH, bw - bh)
-                _put_bitmap(enc, models, bitmap)
-                shapes.add(bitmap)
+                _put_int(enc, _H, bh)
+                _put_int(enc, _DH, bw - bh)
+                _put_bitmap(enc, bitmap)
+                shapes.add(bitmap, bits)
             else:
-                _put_index(enc, models, found[0])
+                _put_index(enc, found[0])
     residual_b = b""
     if residual.any():
         residual_b = lzma.compress(np.packbits(residual).tobytes(), preset=6)
@@ -564,39 +658,39 @@ def decode_glyphs(payload: bytes, *, stream_id: str, arrival_wall: float) -> Key
         if len(raw) != (sh * sw + 7) // 8:
             raise WireError("glyph message: residual is not the picture's size")
         ink |= np.unpackbits(np.frombuffer(raw, dtype=np.uint8))[: sh * sw].reshape(sh, sw) > 0
-    dec, models = _Decoder(stream), _Models()
+    dec = _Decoder(stream)
     shapes: list[np.ndarray] = []
-    n_groups = _get_int(dec, models, _COUNT)
+    n_groups = _get_int(dec, _COUNT)
     if not 0 <= n_groups <= MAX_GLYPHS:
         raise WireError(f"glyph message with {n_groups} lines")
     total, shape_px = 0, 0
     first_x, first_y = 0, 0
     for _ in range(n_groups):
-        n = _get_int(dec, models, _COUNT)
+        n = _get_int(dec, _COUNT)
         total += n
         if n < 0 or total > MAX_GLYPHS:
             raise WireError(f"glyph message with over {MAX_GLYPHS} glyphs")
         prev_x1, prev_y1 = 0, 0
         for j in range(n):
             if j == 0:
-                x0 = first_x + _get_int(dec, models, _DX_FIRST)
-                y1 = first_y + _get_int(dec, models, _DY_FIRST)
+                x0 = first_x + _get_int(dec, _DX_FIRST)
+                y1 = first_y + _get_int(dec, _DY_FIRST)
                 first_x, first_y = x0, y1
             else:
-                x0 = prev_x1 + _get_int(dec, models, _DX)
-                y1 = prev_y1 + _get_int(dec, models, _DY)
-            if dec.bit(models.new, 0):
-                bh = _get_int(dec, models, _H)
-                bw = bh + _get_int(dec, models, _DH)
+                x0 = prev_x1 + _get_int(dec, _DX)
+                y1 = prev_y1 + _get_int(dec, _DY)
+            if dec.bit(_NEW):
+                bh = _get_int(dec, _H)
+                bw = bh + _get_int(dec, _DH)
                 if not (0 < bh <= MAX_GLYPH_SIDE_PX and 0 < bw <= MAX_GLYPH_SIDE_PX):
                     raise WireError(f"glyph message: a {bw}x{bh} glyph")
                 shape_px += bh * bw
                 if len(shapes) >= MAX_SHAPES or shape_px > sw * sh:
                     raise WireError("glyph message: more shapes than its picture holds")
-                shapes.append(_get_bitmap(dec, models, bh, bw))
+                shapes.append(_get_bitmap(dec, bh, bw))
                 bitmap = shapes[-1]
             else:
-                index = _get_index(dec, models)
+                index = _get_index(dec)
                 if index >= len(shapes):
                     raise WireError(f"glyph message refers to shape {index} of {len(shapes)}")
                 bitmap = shapes[index]
