@@ -81,12 +81,13 @@ _MOVE = 4
 _INT_FAMILIES = 8
 _INT_CTX = 64
 _INDEX_BITS = 16
-#: Where each family's probabilities start in the shared table.
-_INTS = 0
+#: Where each family's probabilities start in the shared table (a shape pixel's context is
+#: its index).
+_PIXELS = 0
+_INTS = _PIXELS + 1024
 _NEW = _INTS + _INT_FAMILIES * _INT_CTX
 _INDEX = _NEW + 4
-_PIXELS = _INDEX + (1 << (_INDEX_BITS + 1))
-_N_PROBS = _PIXELS + 1024
+_N_PROBS = _INDEX + (1 << (_INDEX_BITS + 1))
 
 
 class _Encoder:
@@ -101,20 +102,22 @@ class _Encoder:
 
 
 def _range_code(ctxs: list[int], bits: list[int]) -> bytes:
+    # The constants are spelled out in the loops (11: _PROB_BITS, 4: _MOVE, 2048: _PROB_ONE,
+    # 0x1000000: _TOP): no global's lookup per bit.
     probs = [_PROB_ONE // 2] * _N_PROBS
     low, rng, cache, cache_size = 0, 0xFFFFFFFF, 0, 1
     out = bytearray()
     for c, b in zip(ctxs, bits, strict=True):
         p = probs[c]
-        bound = (rng >> _PROB_BITS) * p
+        bound = (rng >> 11) * p
         if b:
             low += bound
             rng -= bound
-            probs[c] = p - (p >> _MOVE)
+            probs[c] = p - (p >> 4)
         else:
             rng = bound
-            probs[c] = p + ((_PROB_ONE - p) >> _MOVE)
-        while rng < _TOP:
+            probs[c] = p + ((2048 - p) >> 4)
+        while rng < 0x1000000:
             rng <<= 8
             if low < 0xFF000000 or low >= 1 << 32:
                 carry = low >> 32
@@ -153,17 +156,17 @@ class _Decoder:
     def bit(self, ctx: int) -> int:
         probs = self.probs
         p = probs[ctx]
-        bound = (self.range >> _PROB_BITS) * p
+        bound = (self.range >> 11) * p
         if self.code < bound:
             self.range = bound
-            probs[ctx] = p + ((_PROB_ONE - p) >> _MOVE)
+            probs[ctx] = p + ((2048 - p) >> 4)
             bit = 0
         else:
             self.code -= bound
             self.range -= bound
-            probs[ctx] = p - (p >> _MOVE)
+            probs[ctx] = p - (p >> 4)
             bit = 1
-        while self.range < _TOP:
+        while self.range < 0x1000000:
             self.range <<= 8
             if self.pos >= len(self.data):
                 raise WireError("glyph message: range-coded stream ends early")
@@ -248,7 +251,7 @@ def _put_bitmap(enc: _Encoder, bitmap: np.ndarray) -> None:
     ctx = np.zeros((h, w), dtype=np.int32)
     for k, (dy, dx) in enumerate(_TEMPLATE):
         ctx |= pad[2 + dy : 2 + dy + h, 2 + dx : 2 + dx + w] << k
-    enc.ctxs.extend((ctx.ravel() + _PIXELS).tolist())
+    enc.ctxs.extend(ctx.ravel().tolist())  # _PIXELS is 0
     enc.bits.extend(bitmap.ravel().tolist())
 
 
@@ -276,18 +279,18 @@ def _get_bitmap(dec: _Decoder, h: int, w: int) -> np.ndarray:
         )
         row = [0, 0]
         for x in range(w):
-            p = probs[_PIXELS + ctx]
-            bound = (rng >> _PROB_BITS) * p
+            p = probs[ctx]  # _PIXELS is 0
+            bound = (rng >> 11) * p
             if code < bound:
                 rng = bound
-                probs[_PIXELS + ctx] = p + ((_PROB_ONE - p) >> _MOVE)
+                probs[ctx] = p + ((2048 - p) >> 4)
                 bit = 0
             else:
                 code -= bound
                 rng -= bound
-                probs[_PIXELS + ctx] = p - (p >> _MOVE)
+                probs[ctx] = p - (p >> 4)
                 bit = 1
-            while rng < _TOP:
+            while rng < 0x1000000:
                 rng <<= 8
                 if pos >= n_data:
                     raise WireError("glyph message: range-coded stream ends early")
