@@ -13,6 +13,7 @@ one pixel of the other's (a Hausdorff distance of 1) and few pixels differ.
 
 from __future__ import annotations
 
+import functools
 import json
 import lzma
 import math
@@ -96,9 +97,24 @@ class _Encoder:
     def __init__(self) -> None:
         self.ctxs: list[int] = []
         self.bits: list[int] = []
+        #: New shapes, each with where its pixels go among the decisions: their contexts are
+        #: computed for all shapes at once when the list is complete.
+        self.shapes: list[tuple[int, np.ndarray]] = []
 
     def finish(self) -> bytes:
-        return _range_code(self.ctxs, self.bits)
+        ctxs, bits = self.ctxs, self.bits
+        if self.shapes:
+            pixels = _bitmap_decisions([b for _, b in self.shapes])
+            ctxs, bits, last = [], [], 0
+            for (at, _), (c, b) in zip(self.shapes, pixels, strict=True):
+                ctxs += self.ctxs[last:at]
+                bits += self.bits[last:at]
+                ctxs += c
+                bits += b
+                last = at
+            ctxs += self.ctxs[last:]
+            bits += self.bits[last:]
+        return _range_code(ctxs, bits)
 
 
 def _range_code(ctxs: list[int], bits: list[int]) -> bytes:
@@ -179,21 +195,26 @@ _DX_FIRST, _DY_FIRST, _DX, _DY, _COUNT, _H, _W, _DH = range(8)
 
 
 def _put_int(enc: _Encoder, family: int, value: int) -> None:
-    """Exp-Golomb-like: zero flag, sign, bit length in unary, then the bits below the top."""
+    ctxs, bits = _int_decisions(family, value)
+    enc.ctxs += ctxs
+    enc.bits += bits
+
+
+@functools.lru_cache(maxsize=8192)
+def _int_decisions(family: int, value: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Exp-Golomb-like: zero flag, sign, bit length in unary, then the bits below the top
+    (the contexts and bits; the same few values recur, so they are kept)."""
     base = _INTS + family * _INT_CTX
-    ctxs, bits = enc.ctxs, enc.bits
-    ctxs.append(base)
-    bits.append(1 if value else 0)
     if not value:
-        return
-    ctxs.append(base + 1)
-    bits.append(1 if value < 0 else 0)
+        return (base,), (0,)
     mag = abs(value)
     n = mag.bit_length()
-    ctxs.extend([base + 2 + min(i, 20) for i in range(1, n + 1)])
-    bits.extend([1] * (n - 1) + [0])
-    ctxs.extend([base + 24 + min(n, 10) * 3 + min(i, 2) for i in range(n - 2, -1, -1)])
-    bits.extend([(mag >> i) & 1 for i in range(n - 2, -1, -1)])
+    ctxs = [base, base + 1]
+    ctxs += [base + 2 + min(i, 20) for i in range(1, n + 1)]
+    ctxs += [base + 24 + min(n, 10) * 3 + min(i, 2) for i in range(n - 2, -1, -1)]
+    bits = [1, 1 if value < 0 else 0] + [1] * (n - 1) + [0]
+    bits += [(mag >> i) & 1 for i in range(n - 2, -1, -1)]
+    return tuple(ctxs), tuple(bits)
 
 
 def _get_int(dec: _Decoder, family: int) -> int:
@@ -244,15 +265,34 @@ _TEMPLATE = (
 _KEEP = 0b01_01111_011
 
 
-def _put_bitmap(enc: _Encoder, bitmap: np.ndarray) -> None:
-    h, w = bitmap.shape
-    pad = np.zeros((h + 2, w + 4), dtype=np.int32)
-    pad[2:, 2:-2] = bitmap
-    ctx = np.zeros((h, w), dtype=np.int32)
-    for k, (dy, dx) in enumerate(_TEMPLATE):
-        ctx |= pad[2 + dy : 2 + dy + h, 2 + dx : 2 + dx + w] << k
-    enc.ctxs.extend(ctx.ravel().tolist())  # _PIXELS is 0
-    enc.bits.extend(bitmap.ravel().tolist())
+def _bitmap_decisions(bitmaps: list[np.ndarray]) -> list[tuple[list[int], list[int]]]:
+    """The (contexts, bits) of each shape's pixels, row by row, each shape on its own (zeros
+    around it): shapes of one width stacked two empty rows apart, one pass per width."""
+    out: list[tuple[list[int], list[int]]] = [([], [])] * len(bitmaps)
+    by_width: dict[int, list[int]] = {}
+    for k, bitmap in enumerate(bitmaps):
+        by_width.setdefault(int(bitmap.shape[1]), []).append(k)
+    for w, ks in by_width.items():
+        heights = [int(bitmaps[k].shape[0]) for k in ks]
+        rows = sum(heights) + 2 * len(ks)
+        pad = np.zeros((rows, w + 4), dtype=np.int32)
+        real = np.zeros(rows - 2, dtype=bool)  # rows of pixels (pad's row less 2)
+        y = 0
+        for k, h in zip(ks, heights, strict=True):
+            y += 2
+            pad[y : y + h, 2 : 2 + w] = bitmaps[k]
+            real[y - 2 : y - 2 + h] = True
+            y += h
+        ctx = np.zeros((rows - 2, w), dtype=np.int32)
+        for i, (dy, dx) in enumerate(_TEMPLATE):
+            ctx |= pad[2 + dy : rows + dy, 2 + dx : 2 + dx + w] << i
+        ctxs = ctx[real].ravel().tolist()  # _PIXELS is 0
+        bits = pad[2:, 2 : 2 + w][real].ravel().tolist()
+        start = 0
+        for k, h in zip(ks, heights, strict=True):
+            out[k] = (ctxs[start : start + h * w], bits[start : start + h * w])
+            start += h * w
+    return out
 
 
 def _get_bitmap(dec: _Decoder, h: int, w: int) -> np.ndarray:
@@ -361,31 +401,51 @@ def text_bitmap(
 
 
 class _Dictionary:
-    """Shapes by box size, and the match of a component against them.
+    """The shapes sent so far, and the match of each component, in coding order, against them.
 
-    Each bitmap is held as one Python int, bit `row * stride + col` (a shape moved by (dy, dx)
-    is the int shifted by `dy * stride + dx`; a dilation is four shifts), and as rows of 64-bit
-    words in one array over all shapes, so that the pixels a component differs in from every
-    candidate, in every box alignment, come out of a few numpy operations per component."""
+    A shape is a component sent as new, so every component is held once, up front: as one
+    Python int, bit `row * stride + col` (moved by (dy, dx) it is the int shifted by
+    `dy * stride + dx`; a dilation is four shifts), and as rows of 64-bit words in one array.
+    The pixels that differ between each component of a batch of `BATCH` and every shape it
+    may match (those sent before the batch, and the batch's earlier components, in case they
+    go as new shapes), in every box alignment, come out of a few numpy operations per batch;
+    the match itself is then decided in order, among the few within the pixel budget."""
 
-    def __init__(self, rule: MatchRule) -> None:
+    BATCH = 64
+
+    def __init__(self, rule: MatchRule, bitmaps: list[np.ndarray]) -> None:
         self.rule = rule
-        self.shapes: list[np.ndarray] = []
-        self.ints: list[int] = []
-        #: A component pixel for pixel like a shape (~1 in 6 on a filmed page) is found here.
-        self.exact: dict[tuple[int, int, int], int] = {}
         s, r = rule.size_px, rule.hausdorff_px
         # Where a component's box starts (row and column): shapes may start s px before it,
         # and a dilation by r must not reach row or column 0.
-        self.origin = s + 1 + r
-        self.words = -(-(2 * self.origin + MAX_GLYPH_SIDE_PX + 2 * s + 2) // 64)
-        self.stride = 64 * self.words
-        self.rows = self.origin + MAX_GLYPH_SIDE_PX + 2 * s + 2
-        self.size = np.zeros((0, 3), dtype=np.int64)  # h, w, ink of each shape
-        self.packed = np.zeros((0, self.rows, self.words), dtype=np.uint64)
+        self.origin = o = s + 1 + r
+        self.words = -(-(2 * o + MAX_GLYPH_SIDE_PX + 2 * s + 2) // 64)
+        self.stride = stride = 64 * self.words
+        self.rows = o + MAX_GLYPH_SIDE_PX + 2 * s + 2
+        self.bitmaps = bitmaps
+        self.ints = [self._bits(b) for b in bitmaps]
+        n = len(bitmaps)
+        self.size = np.array(
+            [
+                (b.shape[0], b.shape[1], v.bit_count())
+                for b, v in zip(bitmaps, self.ints, strict=True)
+            ],
+            dtype=np.int64,
+        ).reshape(n, 3)
+        at = o * stride + o
+        self.packed = np.frombuffer(
+            b"".join(self._words(v << at) for v in self.ints), dtype="<u8"
+        ).reshape(n, self.rows, self.words)
+        #: Dictionary index -> component, and component -> dictionary index (-1: none).
+        self.shapes: list[int] = []
+        self.shape_of = [-1] * n
+        #: A component pixel for pixel like a shape (~1 in 6 on a filmed page) is found here.
+        self.exact: dict[tuple[int, int, int], int] = {}
+        #: Per component of the current batch: (pixels differing, order of the search,
+        #: component it is compared with, dy, dx) of each comparison within the budget.
+        self.near: dict[int, list[tuple[int, int, int, int, int]]] = {}
 
-    def bits(self, bitmap: np.ndarray) -> int:
-        """`bitmap` as an int, row `stride` bits."""
+    def _bits(self, bitmap: np.ndarray) -> int:
         h, w = bitmap.shape
         rows = np.zeros((h, self.stride), dtype=bool)
         rows[:, :w] = bitmap
@@ -394,79 +454,89 @@ class _Dictionary:
     def _words(self, bits: int) -> bytes:
         return bits.to_bytes(self.rows * self.stride // 8, "little")
 
-    def add(self, bitmap: np.ndarray, bits: int) -> int:
+    def add(self, c: int) -> int:
+        """Component `c` sent as a new shape: its dictionary index."""
         index = len(self.shapes)
-        h, w = (int(v) for v in bitmap.shape)
-        self.shapes.append(bitmap)
-        self.ints.append(bits)
-        self.exact[(bits, h, w)] = index
-        if index == len(self.size):
-            grow = max(64, index)
-            self.size = np.concatenate([self.size, np.zeros((grow, 3), dtype=np.int64)])
-            more = np.zeros((grow, self.rows, self.words), dtype=np.uint64)
-            self.packed = np.concatenate([self.packed, more])
-        self.size[index] = (h, w, bits.bit_count())
-        o = self.origin
-        words = self._words(bits << (o * self.stride + o))
-        self.packed[index] = np.frombuffer(words, dtype="<u8").reshape(self.rows, self.words)
+        self.shapes.append(c)
+        self.shape_of[c] = index
+        h, w = self.bitmaps[c].shape
+        self.exact[(self.ints[c], h, w)] = index
         return index
 
-    def match(self, comp: np.ndarray, bits: int) -> tuple[int, int, int] | None:
-        """(shape, dy, dx): the closest shape that may stand in for `comp` (`bits`: it as an
-        int), and where its box lies from the component's top left (0 or -1 when the sizes
-        differ), or None. Ties go to the first shape met in the first implementation's
-        search: box sizes (h, then w, ascending), alignments (top/left first), shapes in the
-        order they came."""
-        rule = self.rule
-        h, w = comp.shape
-        same = self.exact.get((bits, h, w))
-        if same is not None:
-            return same, 0, 0
-        n = len(self.shapes)
-        if not n:
-            return None
-        ink = bits.bit_count()
-        budget = rule.max_xor * ink
-        s, o, stride = rule.size_px, self.origin, self.stride
-        size = self.size[:n]
-        dh, dw = h - size[:, 0], w - size[:, 1]
-        # Box size within s, and at least the difference in ink differs: most shapes go here.
-        near = np.flatnonzero(
-            (np.abs(dh) <= s) & (np.abs(dw) <= s) & (np.abs(size[:, 2] - ink) <= budget)
-        )
-        if not near.size:
-            return None
-        dh, dw = dh[near], dw[near]
-        # Every (shape, alignment): oy 0 or dh, ox 0 or dw (each once when dh or dw is 0).
-        cand = np.tile(near, 4)
-        oy = np.concatenate([np.zeros_like(dh), np.zeros_like(dh), dh, dh])
-        ox = np.concatenate([np.zeros_like(dw), dw, np.zeros_like(dw), dw])
-        keep = np.concatenate(
-            [np.ones_like(dh, dtype=bool), dw != 0, dh != 0, (dh != 0) & (dw != 0)]
-        )
-        align = np.repeat(np.arange(4), near.size)[keep]
-        cand, oy, ox = cand[keep], oy[keep], ox[keep]
-        # The component moved by (-oy, -ox) instead of each shape by (oy, ox).
+    def _compare(self, start: int, stop: int) -> None:
+        """`near` of components start..stop-1."""
+        rule, s, o, stride = self.rule, self.rule.size_px, self.origin, self.stride
         side = 2 * s + 1
+        glyphs = np.arange(start, stop)
+        targets = np.concatenate([np.asarray(self.shapes, dtype=np.int64), glyphs])
+        g_size, t_size = self.size[glyphs], self.size[targets]
+        budget = rule.max_xor * g_size[:, 2]
+        dh = g_size[:, None, 0] - t_size[None, :, 0]
+        dw = g_size[:, None, 1] - t_size[None, :, 1]
+        # Box size within s, at least the difference in ink differs (most go here), and a
+        # component of the batch only for the later ones.
+        ok = (np.abs(dh) <= s) & (np.abs(dw) <= s)
+        ok &= np.abs(g_size[:, None, 2] - t_size[None, :, 2]) <= budget[:, None]
+        ok[:, len(self.shapes) :] &= targets[None, len(self.shapes) :] < glyphs[:, None]
+        gi, ti = np.nonzero(ok)
+        self.near = {int(g): [] for g in glyphs}
+        if not gi.size:
+            return
+        dh, dw = dh[gi, ti], dw[gi, ti]
+        # Every (pair, alignment): oy 0 or dh, ox 0 or dw (each once when dh or dw is 0), in
+        # the order the first implementation tried them.
+        zero = np.zeros_like(dh)
+        oy = np.concatenate([zero, zero, dh, dh])
+        ox = np.concatenate([zero, dw, zero, dw])
+        keep = np.concatenate([zero == 0, dw != 0, dh != 0, (dh != 0) & (dw != 0)])
+        align = np.repeat(np.arange(4), gi.size)[keep]
+        gi, ti, oy, ox = np.tile(gi, 4)[keep], np.tile(ti, 4)[keep], oy[keep], ox[keep]
+        # Each component moved by (-oy, -ox) instead of each shape by (oy, ox).
         moved = b"".join(
-            self._words(bits << ((o - ay) * stride + o - ax))
+            self._words(self.ints[g] << ((o - ay) * stride + o - ax))
+            for g in range(start, stop)
             for ay in range(-s, s + 1)
             for ax in range(-s, s + 1)
         )
-        views = np.frombuffer(moved, dtype="<u8").reshape(side * side, self.rows, self.words)
-        top = min(self.rows, o + h + s + 1)
-        xor = self.packed[cand, :top] ^ views[(oy + s) * side + ox + s, :top]
+        views = np.frombuffer(moved, dtype="<u8").reshape(stop - start, side * side, self.rows, -1)
+        top = min(self.rows, o + int(g_size[:, 0].max()) + s + 1)
+        xor = self.packed[targets[ti], :top] ^ views[gi, (oy + s) * side + ox + s, :top]
         differ = np.bitwise_count(xor).sum(axis=(1, 2), dtype=np.int64)
-        ok = np.flatnonzero(differ <= budget)
-        if not ok.size:
-            return None
-        sizes = self.size[cand[ok]]
-        rank = ((sizes[:, 0] - (h - s)) * side + sizes[:, 1] - (w - s)) * 4 + align[ok]
-        order = ok[np.lexsort((cand[ok], rank, differ[ok]))]
+        hit = np.flatnonzero(differ <= budget[gi])
+        gh, gw = g_size[gi[hit], 0], g_size[gi[hit], 1]
+        th, tw = t_size[ti[hit], 0], t_size[ti[hit], 1]
+        rank = ((th - (gh - s)) * side + tw - (gw - s)) * 4 + align[hit]
+        for g, n, k, t, y, x in zip(
+            (gi[hit] + start).tolist(),
+            differ[hit].tolist(),
+            rank.tolist(),
+            targets[ti[hit]].tolist(),
+            oy[hit].tolist(),
+            ox[hit].tolist(),
+            strict=True,
+        ):
+            self.near[g].append((n, k, t, y, x))
+
+    def match(self, c: int) -> tuple[int, int, int] | None:
+        """(shape, dy, dx): the closest shape that may stand in for component `c`, and where
+        its box lies from the component's top left (0 or -1 when the sizes differ), or None.
+        Ties go to the first shape met in the first implementation's search: box sizes (h,
+        then w, ascending), alignments (top/left first), shapes in the order they came.
+        Components are matched in order (start, start+1, ...)."""
+        if c not in self.near:
+            self._compare(c, min(c + self.BATCH, len(self.bitmaps)))
+        near = self.near.pop(c)
+        bits = self.ints[c]
+        h, w = self.bitmaps[c].shape
+        same = self.exact.get((bits, h, w))
+        if same is not None:
+            return same, 0, 0
+        shape_of = self.shape_of
+        found = sorted((n, k, shape_of[t], y, x) for n, k, t, y, x in near if shape_of[t] >= 0)
+        o, stride = self.origin, self.stride
         canvas = bits << (o * stride + o)
-        for j in order.tolist():
-            i, ay, ax = int(cand[j]), int(oy[j]), int(ox[j])
-            placed = self.ints[i] << ((o + ay) * stride + o + ax)
+        for _n, _k, i, ay, ax in found:
+            placed = self.ints[self.shapes[i]] << ((o + ay) * stride + o + ax)
             if self._close(placed, canvas, placed ^ canvas):
                 return i, ay, ax
         return None
@@ -556,27 +626,30 @@ def encode_glyphs(
         comps.append((xs.start, ys.start, xs.stop, ys.stop))
         bitmaps.append(bitmap)
     enc = _Encoder()
-    shapes = _Dictionary(rule)
     groups = _groups(comps, boxes_s)
+    shapes = _Dictionary(rule, [bitmaps[ci] for group in groups for ci in group])
+    c = -1  # the component's place in coding order
     _put_int(enc, _COUNT, len(groups))
     first_x, first_y = 0, 0
     for group in groups:
         _put_int(enc, _COUNT, len(group))
         prev_x1, prev_y1 = 0, 0
         for j, ci in enumerate(group):
+            c += 1
             bitmap = bitmaps[ci]
             x0, y0, _x1, _y1 = comps[ci]
-            bits = shapes.bits(bitmap)
-            found = shapes.match(bitmap, bits)
+            found = shapes.match(c)
             if found is not None:
                 # The shape goes where it matched: its box may be a pixel larger or smaller.
                 index, oy, ox = found
-                bh, bw = shapes.shapes[index].shape
+                bh, bw = shapes.bitmaps[shapes.shapes[index]].shape
                 if x0 + ox < 0 or y0 + oy < 0 or x0 + ox + bw > sw or y0 + oy + bh > sh:
                     found = None
                 else:
                     x0, y0 = x0 + ox, y0 + oy
-            bh, bw = bitmap.shape if found is None else shapes.shapes[found[0]].shape
+            bh, bw = (
+                bitmap.shape if found is None else shapes.bitmaps[shapes.shapes[found[0]]].shape
+            )
             x1, y1 = x0 + bw, y0 + bh
             if j == 0:
                 _put_int(enc, _DX_FIRST, x0 - first_x)
@@ -591,8 +664,8 @@ def encode_glyphs(
             if found is None:
                 _put_int(enc, _H, bh)
                 _put_int(enc, _DH, bw - bh)
-                _put_bitmap(enc, bitmap)
-                shapes.add(bitmap, bits)
+                enc.shapes.append((len(enc.ctxs), bitmap))
+                shapes.add(c)
             else:
                 _put_index(enc, found[0])
     residual_b = b""
