@@ -160,6 +160,8 @@ def _range_code(ctxs: list[int], bits: list[int]) -> bytes:
 class _Decoder:
     """Decisions back from the range-coded bytes, with the encoder's probabilities."""
 
+    __slots__ = ("code", "data", "pos", "probs", "range")
+
     def __init__(self, data: bytes) -> None:
         if len(data) < 5:
             raise WireError("glyph message: range-coded stream too short")
@@ -242,9 +244,30 @@ def _put_index(enc: _Encoder, index: int) -> None:
 
 
 def _get_index(dec: _Decoder) -> int:
+    """`_put_index`'s 16 decisions, decoded in one loop over locals."""
+    data, n_data, probs = dec.data, len(dec.data), dec.probs
+    rng, code, pos = dec.range, dec.code, dec.pos
     node = 1
     for _ in range(_INDEX_BITS):
-        node = (node << 1) | dec.bit(_INDEX + node)
+        ctx = _INDEX + node
+        p = probs[ctx]
+        bound = (rng >> 11) * p
+        if code < bound:
+            rng = bound
+            probs[ctx] = p + ((2048 - p) >> 4)
+            node <<= 1
+        else:
+            code -= bound
+            rng -= bound
+            probs[ctx] = p - (p >> 4)
+            node = (node << 1) | 1
+        while rng < 0x1000000:
+            rng <<= 8
+            if pos >= n_data:
+                raise WireError("glyph message: range-coded stream ends early")
+            code = ((code << 8) | data[pos]) & 0xFFFFFFFF
+            pos += 1
+    dec.range, dec.code, dec.pos = rng, code, pos
     return node - (1 << _INDEX_BITS)
 
 
