@@ -326,8 +326,9 @@ def _get_bitmap(dec: _Decoder, h: int, w: int) -> np.ndarray:
     zeros = [0] * (w + 5)
     above2, above, out = zeros, zeros, []
     for _ in range(h):
-        # Pixel x enters as row-2 bit 2 (a[x+1]) and row-1 bit 7 (b[x+2]) of pixel x-1's ...
-        # rows padded 2 left, 3 right: a[x] is above2[x + 2].
+        # What enters the context on the step from pixel x to x+1: a[x+2] (bit 2) and b[x+3]
+        # (bit 7), a and b the rows two and one above, padded 2 left and 3 right (a[x] is
+        # above2[x + 2]); the pixel just decoded enters as bit 9.
         enter = [(a << 2) | (b << 7) for a, b in zip(above2[4:], above[5:], strict=False)]
         # The first pixel's context: a[-1..1], b[-2..2] (c[-2], c[-1] are 0).
         ctx = (
@@ -341,7 +342,7 @@ def _get_bitmap(dec: _Decoder, h: int, w: int) -> np.ndarray:
             | above[4] << 7
         )
         row = [0, 0]
-        for x in range(w):
+        for e in enter:
             p = probs[ctx]  # _PIXELS is 0
             bound = (rng >> 11) * p
             if code < bound:
@@ -360,7 +361,7 @@ def _get_bitmap(dec: _Decoder, h: int, w: int) -> np.ndarray:
                 code = ((code << 8) | data[pos]) & 0xFFFFFFFF
                 pos += 1
             row.append(bit)
-            ctx = ((ctx >> 1) & _KEEP) | enter[x] | (bit << 9)
+            ctx = ((ctx >> 1) & 0b01_01111_011) | e | (bit << 9)  # _KEEP
         row += [0, 0, 0]
         out.append(row)
         above2, above = above, row
@@ -599,17 +600,19 @@ def _groups(boxes: list[tuple[int, int, int, int]], text_boxes: list[BBox]) -> l
     one's centre (nearest line centre when several), lines top to bottom, left to right in a
     line; components in no line last, by rows."""
     lines = sorted(range(len(text_boxes)), key=lambda i: (text_boxes[i][1], text_boxes[i][0]))
+    found = [-1] * len(boxes)
+    if boxes and lines:
+        comp = np.asarray(boxes, dtype=np.float64)
+        line = np.asarray([text_boxes[i] for i in lines], dtype=np.float64)
+        cx = ((comp[:, 0] + comp[:, 2]) / 2)[:, None]
+        cy = ((comp[:, 1] + comp[:, 3]) / 2)[:, None]
+        inside = (line[:, 0] <= cx) & (cx <= line[:, 2]) & (line[:, 1] <= cy) & (cy <= line[:, 3])
+        # The nearest line centre; the first line (by rank) of equally near ones.
+        d = np.where(inside, np.abs(cy - (line[:, 1] + line[:, 3]) / 2), np.inf)
+        found = np.where(inside.any(axis=1), d.argmin(axis=1), -1).tolist()
     groups: dict[int, list[int]] = {}
-    for ci, (x0, y0, x1, y1) in enumerate(boxes):
-        cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
-        found, near = -1, math.inf
-        for rank, li in enumerate(lines):
-            bx0, by0, bx1, by1 = text_boxes[li]
-            if bx0 <= cx <= bx1 and by0 <= cy <= by1:
-                d = abs(cy - (by0 + by1) / 2)
-                if d < near:
-                    found, near = rank, d
-        groups.setdefault(found, []).append(ci)
+    for ci, rank in enumerate(found):
+        groups.setdefault(rank, []).append(ci)
     out = [
         sorted(groups[g], key=lambda c: (boxes[c][0], boxes[c][3]))
         for g in sorted(groups)
