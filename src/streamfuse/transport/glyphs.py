@@ -424,6 +424,26 @@ def text_bitmap(
     return np.ascontiguousarray(ink), scale, paper, ink_grey, text_boxes
 
 
+def _shift_rows(rows: np.ndarray, k: int) -> np.ndarray:
+    """Rows of little-endian 64-bit words, each row's bits moved k places towards bit 0
+    (k < 0: away from it); bits do not cross from one row to the next."""
+    if not k:
+        return rows
+    if abs(k) >= 64:
+        step = 63 if k > 0 else -63
+        return _shift_rows(_shift_rows(rows, step), k - step)
+    out = np.empty_like(rows)
+    m = np.uint64(abs(k))
+    back = np.uint64(64 - abs(k))
+    if k > 0:
+        out[..., :-1] = (rows[..., :-1] >> m) | (rows[..., 1:] << back)
+        out[..., -1] = rows[..., -1] >> m
+    else:
+        out[..., 1:] = (rows[..., 1:] << m) | (rows[..., :-1] >> back)
+        out[..., 0] = rows[..., 0] << m
+    return out
+
+
 class _Dictionary:
     """The shapes sent so far, and the match of each component, in coding order, against them.
 
@@ -489,7 +509,7 @@ class _Dictionary:
 
     def _compare(self, start: int, stop: int) -> None:
         """`near` of components start..stop-1."""
-        rule, s, o, stride = self.rule, self.rule.size_px, self.origin, self.stride
+        rule, s, o = self.rule, self.rule.size_px, self.origin
         side = 2 * s + 1
         glyphs = np.arange(start, stop)
         targets = np.concatenate([np.asarray(self.shapes, dtype=np.int64), glyphs])
@@ -515,14 +535,18 @@ class _Dictionary:
         keep = np.concatenate([zero == 0, dw != 0, dh != 0, (dh != 0) & (dw != 0)])
         align = np.repeat(np.arange(4), gi.size)[keep]
         gi, ti, oy, ox = np.tile(gi, 4)[keep], np.tile(ti, 4)[keep], oy[keep], ox[keep]
-        # Each component moved by (-oy, -ox) instead of each shape by (oy, ox).
-        moved = b"".join(
-            self._words(self.ints[g] << ((o - ay) * stride + o - ax))
-            for g in range(start, stop)
-            for ay in range(-s, s + 1)
-            for ax in range(-s, s + 1)
-        )
-        views = np.frombuffer(moved, dtype="<u8").reshape(stop - start, side * side, self.rows, -1)
+        # Each component moved by (-oy, -ox) instead of each shape by (oy, ox): its rows
+        # shifted, then its bits within each row (no ink lies within s of a row's ends).
+        views = np.zeros((stop - start, side * side, self.rows, self.words), dtype=np.uint64)
+        at = self.packed[start:stop]
+        for ay in range(-s, s + 1):
+            rows = np.zeros_like(at)
+            if ay >= 0:
+                rows[:, : self.rows - ay] = at[:, ay:]
+            else:
+                rows[:, -ay:] = at[:, : self.rows + ay]
+            for ax in range(-s, s + 1):
+                views[:, (ay + s) * side + ax + s] = _shift_rows(rows, ax)
         top = min(self.rows, o + int(g_size[:, 0].max()) + s + 1)
         xor = self.packed[targets[ti], :top] ^ views[gi, (oy + s) * side + ox + s, :top]
         differ = np.bitwise_count(xor).sum(axis=(1, 2), dtype=np.int64)
