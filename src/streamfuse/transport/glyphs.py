@@ -71,7 +71,7 @@ class GlyphMessage:
 #
 # All decisions share one table of probabilities, each family at its own offset. The encoder
 # first lists every decision (context, bit), then codes the list in one loop over Python ints
-# held in locals: a call per bit cost more than the coding itself.
+# held in locals, not a method call per bit; the decoder's hot loops do the same.
 
 _TOP = 1 << 24
 _PROB_BITS = 11
