@@ -463,9 +463,13 @@ class _Dictionary:
         # Where a component's box starts (row and column): shapes may start s px before it,
         # and a dilation by r must not reach row or column 0.
         self.origin = o = s + 1 + r
-        self.words = -(-(2 * o + MAX_GLYPH_SIDE_PX + 2 * s + 2) // 64)
+        # Rows as long and as many as this page's largest component needs (a glyph of a
+        # 34 px line is ~10 x 10 px: one 64-bit word a row, ~20 rows).
+        high = max((int(b.shape[0]) for b in bitmaps), default=1)
+        wide = max((int(b.shape[1]) for b in bitmaps), default=1)
+        self.words = -(-(2 * o + wide + 2 * s + 2) // 64)
         self.stride = stride = 64 * self.words
-        self.rows = o + MAX_GLYPH_SIDE_PX + 2 * s + 2
+        self.rows = o + high + 2 * s + 2
         self.bitmaps = bitmaps
         self.ints = [self._bits(b) for b in bitmaps]
         n = len(bitmaps)
