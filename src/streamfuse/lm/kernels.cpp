@@ -207,12 +207,17 @@ void write_kv(at::Tensor kc, at::Tensor vc, const at::Tensor& k, const at::Tenso
 }
 
 
-#ifdef STREAMFUSE_VNNI
+#if defined(STREAMFUSE_VNNI) || defined(STREAMFUSE_AVX2_GEMV)
 namespace {
-
+// The int8 product's blocking, both forms.
 constexpr int64_t kRowBlock = 4;    // weight rows per block
 constexpr int64_t kPrefetchBlocks = 2;  // blocks ahead that are prefetched (a prefetch past the
                                         // end of the weight is harmless: it never faults)
+}  // namespace
+#endif
+
+#ifdef STREAMFUSE_VNNI
+namespace {
 
 // Sums the 16 lanes of each of 16 accumulators at once (a transposing tree: ~45 instructions
 // instead of 16 separate reductions of ~9), then stores row m's four sums minus `comp`.
@@ -299,9 +304,6 @@ inline void dot_rows(const int8_t* w, int64_t ldw, const uint8_t* xu, int64_t M,
 
 #ifdef STREAMFUSE_AVX2_GEMV
 namespace {
-
-constexpr int64_t kRowBlock = 4;
-constexpr int64_t kPrefetchBlocks = 2;
 
 inline int32_t hsum_epi32(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));

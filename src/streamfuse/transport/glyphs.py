@@ -26,7 +26,13 @@ import numpy as np
 from scipy import ndimage
 
 from streamfuse.transport.config import TransportConfig
-from streamfuse.transport.patches import importance, noise_sigma, text_scale
+from streamfuse.transport.patches import (
+    frame_meta,
+    importance,
+    key_frame,
+    noise_sigma,
+    text_scale,
+)
 from streamfuse.transport.wire import WireError
 from streamfuse.vision.frames import BBox, KeyFrame
 
@@ -725,21 +731,7 @@ def encode_glyphs(
     residual_b = b""
     if residual.any():
         residual_b = lzma.compress(np.packbits(residual).tobytes(), preset=6)
-    meta = {
-        "t": frame.t_media,
-        "index": frame.index,
-        "w": w,
-        "h": h,
-        "sw": sw,
-        "sh": sh,
-        "paper": paper,
-        "ink": ink_grey,
-        "changed_bbox": list(frame.changed_bbox),
-        "changed_frac": frame.changed_frac,
-        "content_bbox": None if frame.content_bbox is None else list(frame.content_bbox),
-        "t_changed": frame.t_changed,
-        "reason": frame.reason,
-    }
+    meta = frame_meta(frame, w=w, h=h, sw=sw, sh=sh, paper=paper, ink=ink_grey)
     meta_b = json.dumps(meta, separators=(",", ":")).encode()
     payload = b"".join(
         [
@@ -833,23 +825,7 @@ def decode_glyphs(payload: bytes, *, stream_id: str, arrival_wall: float) -> Key
     grey: np.ndarray = np.where(ink, np.uint8(ink_grey), np.uint8(paper)).astype(np.uint8)
     if (sw, sh) != (w, h):
         grey = cv2.resize(grey, (w, h), interpolation=cv2.INTER_CUBIC)
-    rgb = np.ascontiguousarray(np.repeat(grey[:, :, None], 3, axis=2))
-    content = meta.get("content_bbox")
-    try:
-        return KeyFrame(
-            stream_id=stream_id,
-            t_media=float(meta["t"]),
-            arrival_wall=arrival_wall,
-            image=rgb,
-            index=int(meta["index"]),
-            changed_bbox=tuple(int(v) for v in meta["changed_bbox"]),  # type: ignore[arg-type]
-            changed_frac=float(meta["changed_frac"]),
-            content_bbox=None if content is None else tuple(int(v) for v in content),  # type: ignore[arg-type]
-            t_changed=float(meta["t_changed"]),
-            reason=meta["reason"],
-        )
-    except (ValueError, KeyError, TypeError) as e:
-        raise WireError(f"malformed glyph message: {e}") from e
+    return key_frame(meta, grey, stream_id=stream_id, arrival_wall=arrival_wall, what="glyph")
 
 
 __all__ = ["GlyphMessage", "MatchRule", "decode_glyphs", "encode_glyphs", "text_bitmap"]

@@ -373,22 +373,8 @@ def encode_patches(
             if not ok:
                 raise WireError("cannot code the patch atlas")
             atlas = buf.tobytes()
-    meta = {
-        "t": frame.t_media,
-        "index": frame.index,
-        "w": w,
-        "h": h,
-        "sw": sw,
-        "sh": sh,
-        "bg": background,
-        "changed_bbox": list(frame.changed_bbox),
-        "changed_frac": frame.changed_frac,
-        "content_bbox": None if frame.content_bbox is None else list(frame.content_bbox),
-        "t_changed": frame.t_changed,
-        "reason": frame.reason,
-        "levels": levels,
-        "codec": codec,
-    }
+    meta = frame_meta(frame, w=w, h=h, sw=sw, sh=sh, bg=background)
+    meta.update(levels=levels, codec=codec)
     if reuse.any():
         assert reference is not None
         meta["ref"] = reference.index
@@ -577,6 +563,29 @@ def decode_patches(
         whole = held.copy()
         whole[y0:y1] = grey[y0:y1]
         grey = whole
+    return key_frame(meta, grey, stream_id=stream_id, arrival_wall=arrival_wall, what="patch")
+
+
+def frame_meta(frame: KeyFrame, **coding: Any) -> dict[str, Any]:
+    """A coded key frame's JSON header: its time and index, the coding's own fields (in the
+    order given), then the key frame's change fields, which `key_frame` reads back."""
+    return {
+        "t": frame.t_media,
+        "index": frame.index,
+        **coding,
+        "changed_bbox": list(frame.changed_bbox),
+        "changed_frac": frame.changed_frac,
+        "content_bbox": None if frame.content_bbox is None else list(frame.content_bbox),
+        "t_changed": frame.t_changed,
+        "reason": frame.reason,
+    }
+
+
+def key_frame(
+    meta: Mapping[str, Any], grey: np.ndarray, *, stream_id: str, arrival_wall: float, what: str
+) -> KeyFrame:
+    """The key frame a `frame_meta` header and its rebuilt grey picture describe (raises
+    `WireError` naming the `what` message when the header's fields are malformed)."""
     rgb = np.ascontiguousarray(np.repeat(grey[:, :, None], 3, axis=2))
     content = meta.get("content_bbox")
     try:
@@ -593,7 +602,7 @@ def decode_patches(
             reason=meta["reason"],
         )
     except (ValueError, KeyError, TypeError) as e:
-        raise WireError(f"malformed patch message: {e}") from e
+        raise WireError(f"malformed {what} message: {e}") from e
 
 
 class TextBoxes:
@@ -664,6 +673,8 @@ __all__ = [
     "global_shift",
     "decode_patches",
     "encode_patches",
+    "frame_meta",
     "importance",
+    "key_frame",
     "text_scale",
 ]
